@@ -1,0 +1,71 @@
+"""The one seam every backend implements.
+
+A ``Backend`` auto-completes a config and loads a model version into ``Instance`` objects. An
+instance's ``execute`` takes the requests of one execution and returns an ``Execution`` either
+directly (work done inline) or as an awaitable (work done elsewhere: a thread, a worker process).
+"""
+
+from __future__ import annotations
+
+import abc
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Awaitable, Union
+
+from naiad.config import ModelConfig
+from naiad.core.request import InferRequest, InferResponse
+
+
+@dataclass
+class Execution:
+    """Responses for one execute call, one per request, plus the time spent in each phase."""
+
+    responses: list[InferResponse]
+    input_ns: int = 0
+    infer_ns: int = 0
+    output_ns: int = 0
+
+
+ExecuteResult = Union[Execution, Awaitable[Execution]]
+
+
+@dataclass
+class VersionContext:
+    """Everything a backend needs to load one version of a model."""
+
+    name: str
+    version: int
+    config: ModelConfig
+    config_json: str  # Triton's JSON rendering, as handed to Python models
+    model_dir: Path
+    version_dir: Path
+    options: dict[str, str] = field(default_factory=dict)  # --backend-config values for this backend
+
+
+class Instance(abc.ABC):
+    name: str
+
+    @abc.abstractmethod
+    def execute(self, requests: list[InferRequest]) -> ExecuteResult: ...
+
+    def finalize(self) -> None:
+        """Release what the instance holds; called once on unload and shutdown."""
+
+
+class LoadedVersion(abc.ABC):
+    instances: list[Instance]
+
+    def unload(self) -> None:
+        for instance in self.instances:
+            instance.finalize()
+
+
+class Backend(abc.ABC):
+    name: str
+
+    def auto_complete(self, config: ModelConfig, model_dir: Path, version_dirs: list[Path]) -> ModelConfig:
+        """Fill what the model itself can tell (Triton's backend auto-complete); default: nothing."""
+        return config
+
+    @abc.abstractmethod
+    def load(self, ctx: VersionContext) -> LoadedVersion: ...

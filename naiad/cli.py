@@ -1,0 +1,123 @@
+"""``naiad serve`` with Triton's flag names (``tritonserver --help``)."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import logging
+import sys
+from pathlib import Path
+
+from naiad import __version__
+
+
+def _bool(value: str | bool) -> bool:
+    if isinstance(value, bool):
+        return value
+    lowered = value.strip().lower()
+    if lowered in ("1", "true", "yes", "on"):
+        return True
+    if lowered in ("0", "false", "no", "off"):
+        return False
+    raise argparse.ArgumentTypeError(f"expected true or false, got '{value}'")
+
+
+def _flag(parser: argparse.ArgumentParser, name: str, default: bool, help: str) -> None:
+    parser.add_argument(name, type=_bool, nargs="?", const=True, default=default, metavar="BOOL", help=help)
+
+
+def _backend_config(values: list[str]) -> dict[str, dict[str, str]]:
+    """``--backend-config=python,shm-default-byte-size=1048576`` -> {"python": {...}}."""
+    parsed: dict[str, dict[str, str]] = {}
+    for value in values:
+        backend, _, setting = value.partition(",")
+        if not setting:
+            backend, setting = "", value  # a global setting applies to every backend
+        key, sep, val = setting.partition("=")
+        if not sep:
+            raise SystemExit(f"error: --backend-config expects <backend>,<setting>=<value>, got '{value}'")
+        parsed.setdefault(backend, {})[key] = val
+    return parsed
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="naiad", description="A Triton-compatible inference server.")
+    parser.add_argument("--version", action="version", version=f"naiad {__version__}")
+    commands = parser.add_subparsers(dest="command", required=True)
+    serve = commands.add_parser("serve", help="serve a Triton model repository")
+    serve.add_argument("--model-repository", "--model-store", action="append", required=True, type=Path,
+                       dest="model_repository", help="model repository folder (repeatable)")
+    serve.add_argument("--model-config-name", default="", help="use configs/<name>.pbtxt where a model has one")
+    serve.add_argument("--disable-auto-complete-config", action="store_true",
+                       help="never fill a config from the model itself")
+    _flag(serve, "--strict-readiness", True, "ready only when every model is ready")
+    _flag(serve, "--exit-on-error", False, "exit when any model fails to load (Triton's default is true)")
+    serve.add_argument("--exit-timeout-secs", type=float, default=30.0,
+                       help="how long shutdown waits for in-flight requests")
+    _flag(serve, "--allow-http", True, "serve KServe v2 over HTTP")
+    serve.add_argument("--http-port", type=int, default=8000)
+    serve.add_argument("--http-address", default="0.0.0.0")
+    serve.add_argument("--http-max-input-size", type=int, default=64 * 1024 * 1024,
+                       help="largest request body accepted, in bytes")
+    serve.add_argument("--backend-config", action="append", default=[], metavar="BACKEND,KEY=VALUE")
+    serve.add_argument("--log-verbose", type=int, default=0)
+    _flag(serve, "--log-info", True, "log informational messages")
+    _flag(serve, "--log-warning", True, "log warnings")
+    _flag(serve, "--log-error", True, "log errors")
+    return parser
+
+
+def _configure_logging(args: argparse.Namespace) -> None:
+    if args.log_verbose > 0:
+        level = logging.DEBUG
+    elif args.log_info:
+        level = logging.INFO
+    elif args.log_warning:
+        level = logging.WARNING
+    elif args.log_error:
+        level = logging.ERROR
+    else:
+        level = logging.CRITICAL + 1
+    logging.basicConfig(level=level, stream=sys.stderr,
+                        format="%(levelname).1s%(asctime)s %(process)d %(name)s] %(message)s",
+                        datefmt="%m%d %H:%M:%S")
+
+
+def serve(args: argparse.Namespace) -> int:
+    from naiad.server import Server, ServerOptions
+
+    _configure_logging(args)
+    options = ServerOptions(
+        model_repositories=[p.resolve() for p in args.model_repository],
+        model_config_name=args.model_config_name,
+        auto_complete=not args.disable_auto_complete_config,
+        strict_readiness=args.strict_readiness,
+        exit_on_error=args.exit_on_error,
+        exit_timeout_secs=args.exit_timeout_secs,
+        allow_http=args.allow_http,
+        http_address=args.http_address,
+        http_port=args.http_port,
+        http_max_input_size=args.http_max_input_size,
+        backend_config=_backend_config(args.backend_config),
+    )
+    try:
+        import uvloop
+
+        run = uvloop.run
+    except ImportError:
+        run = asyncio.run
+    try:
+        run(Server(options).run())
+    except SystemExit as exc:
+        if isinstance(exc.code, str):
+            print(exc.code, file=sys.stderr)
+            return 1
+        raise
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    if args.command == "serve":
+        return serve(args)
+    return 2

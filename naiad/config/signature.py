@@ -1,0 +1,154 @@
+"""A model's inputs and outputs compiled once from its config, to check each request cheaply.
+
+``Signature.check`` follows the order and wording of Triton's ``InferenceRequest::Normalize``:
+requested outputs, input count, batch dimension, then per input datatype, shape and reshape.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from naiad.config import ModelConfig, pb
+from naiad.core.datatypes import CONFIG_TO_WIRE, dims_str, numpy_to_wire
+from naiad.core.errors import invalid
+from naiad.core.request import InferRequest
+
+WILDCARD = -1
+
+_BATCH_NOTE = (
+    "NOTE: Setting a non-zero max_batch_size in the model config requires a batch dimension to be prepended to "
+    "each input shape. If you want to specify the full shape including the batch dim in your input dims config, "
+    "try setting max_batch_size to zero. See the model configuration docs for more info on max_batch_size."
+)
+
+
+class TensorSpec:
+    __slots__ = ("name", "datatype", "dims", "reshape", "optional", "is_shape_tensor")
+
+    def __init__(self, io: pb.ModelInput | pb.ModelOutput) -> None:
+        self.name: str = io.name
+        self.datatype: str = CONFIG_TO_WIRE.get(pb.DataType.Name(io.data_type), "")
+        self.dims: tuple[int, ...] = tuple(io.dims)
+        self.reshape: tuple[int, ...] | None = tuple(io.reshape.shape) if io.HasField("reshape") else None
+        self.optional: bool = getattr(io, "optional", False)
+        self.is_shape_tensor: bool = io.is_shape_tensor
+
+
+def _log(request: InferRequest) -> str:
+    return f"[request id: {request.id or '<id_unknown>'}] "
+
+
+class Signature:
+    def __init__(self, config: ModelConfig) -> None:
+        self.model_name = config.name
+        self.max_batch_size = config.max_batch_size
+        self.inputs: dict[str, TensorSpec] = {io.name: TensorSpec(io) for io in config.input}
+        self.outputs: dict[str, TensorSpec] = {io.name: TensorSpec(io) for io in config.output}
+        self.output_names: list[str] = list(self.outputs)
+        self.required_count = sum(1 for s in self.inputs.values() if not s.optional)
+
+    def check(self, request: InferRequest) -> None:
+        """Raise Triton's INVALID_ARG for a request this model can't take; set ``batch_size``; apply reshapes."""
+        name = self.model_name
+        if request.requested_outputs:
+            for out in request.requested_outputs:
+                if out not in self.outputs:
+                    raise invalid(f"{_log(request)}unexpected inference output '{out}' for model '{name}'")
+        inputs = request.inputs
+        if len(inputs) > len(self.inputs) or len(inputs) < self.required_count:
+            raise invalid(self._count_message(request))
+        specs = self.inputs
+        batch_size = 0
+        if self.max_batch_size > 0:
+            for input_name, array in inputs.items():
+                spec = specs.get(input_name)
+                if spec is None:
+                    raise invalid(f"unexpected inference input '{input_name}' for model '{name}'")
+                if spec.is_shape_tensor:
+                    continue
+                if array.ndim == 0:
+                    raise invalid(
+                        f"{_log(request)}input '{input_name}' has no shape but model requires batch dimension "
+                        f"for '{name}'"
+                    )
+                if batch_size == 0:
+                    batch_size = array.shape[0]
+                elif array.shape[0] != batch_size:
+                    raise invalid(
+                        f"{_log(request)}input '{input_name}' batch size does not match other inputs for '{name}'"
+                    )
+            if batch_size > self.max_batch_size:
+                raise invalid(
+                    f"{_log(request)}inference request batch-size must be <= {self.max_batch_size} for '{name}'"
+                )
+        request.batch_size = batch_size
+        for input_name, array in inputs.items():
+            spec = specs.get(input_name)
+            if spec is None:
+                raise invalid(f"unexpected inference input '{input_name}' for model '{name}'")
+            datatype = numpy_to_wire(array.dtype)
+            if datatype != spec.datatype:
+                raise invalid(
+                    f"{_log(request)}inference input '{input_name}' data-type is '{datatype}', but model '{name}' "
+                    f"expects '{spec.datatype}'"
+                )
+            shape = array.shape[1:] if batch_size and not spec.is_shape_tensor else array.shape
+            dims = spec.dims
+            if len(shape) != len(dims) or any(c != WILDCARD and c != s for c, s in zip(dims, shape)):
+                full = ((WILDCARD,) + dims) if self.max_batch_size > 0 else dims
+                note = _BATCH_NOTE if self.max_batch_size > 0 else ""
+                raise invalid(
+                    f"{_log(request)}unexpected shape for input '{input_name}' for model '{name}'. "
+                    f"Expected {dims_str(full)}, got {dims_str(array.shape)}. {note}"
+                )
+            if spec.reshape is not None:
+                inputs[input_name] = array.reshape(self._reshaped(spec, shape, batch_size))
+
+    @staticmethod
+    def _reshaped(spec: TensorSpec, shape: tuple[int, ...], batch_size: int) -> tuple[int, ...]:
+        variable = [s for c, s in zip(spec.dims, shape) if c == WILDCARD]
+        new: list[int] = [batch_size] if batch_size else []
+        for dim in spec.reshape or ():
+            new.append(variable.pop(0) if dim == WILDCARD else dim)
+        return tuple(new)
+
+    def _count_message(self, request: InferRequest) -> str:
+        missing = [n for n, s in self.inputs.items() if not s.optional and n not in request.inputs]
+        got = "[" + ",".join(f"'{n}'" for n in request.inputs) + "]"
+        missing_str = "[" + ",".join(f"'{n}'" for n in missing) + "]"
+        if len(self.inputs) == self.required_count:
+            head = f"expected {len(self.inputs)} inputs"
+        else:
+            head = f"expected number of inputs between {self.required_count} and {len(self.inputs)}"
+        return (
+            f"{_log(request)}{head} but got {len(request.inputs)} inputs for model '{self.model_name}'. "
+            f"Got input(s) {got}, but missing required input(s) {missing_str}. Please provide all required input(s)."
+        )
+
+    def select_outputs(self, outputs: dict[str, np.ndarray], request: InferRequest) -> dict[str, np.ndarray]:
+        """Keep the requested outputs; reject ones the config doesn't declare or doesn't match."""
+        name = self.model_name
+        for output_name, array in outputs.items():
+            spec = self.outputs.get(output_name)
+            if spec is None:
+                raise invalid(f"unexpected inference output '{output_name}' for model '{name}'")
+            datatype = numpy_to_wire(array.dtype)
+            if datatype != spec.datatype:
+                raise invalid(
+                    f"output '{output_name}' of model '{name}' has data-type '{datatype}', but the model "
+                    f"configuration expects '{spec.datatype}'"
+                )
+            dims = spec.reshape if spec.reshape is not None else spec.dims
+            shape = array.shape[1:] if self.max_batch_size > 0 else array.shape
+            if (self.max_batch_size > 0 and array.ndim == 0) or len(shape) != len(dims) or any(
+                c != WILDCARD and c != s for c, s in zip(dims, shape)
+            ):
+                full = ((WILDCARD,) + dims) if self.max_batch_size > 0 else dims
+                raise invalid(
+                    f"output '{output_name}' of model '{name}' has shape {dims_str(array.shape)}, but the model "
+                    f"configuration expects {dims_str(full)}"
+                )
+        requested = request.requested_outputs
+        if not requested:
+            return outputs
+        return {n: outputs[n] for n in requested if n in outputs}

@@ -1,0 +1,101 @@
+"""Validation with Triton's messages (model_config_utils.cc); every error names the model and the field."""
+
+from __future__ import annotations
+
+from naiad.config import ModelConfig, pb
+from naiad.config.normalize import DEFAULT_FILENAMES
+from naiad.core.errors import invalid
+
+KNOWN_BACKENDS = set(DEFAULT_FILENAMES) | {"ensemble"}
+KNOWN_PLATFORMS = {
+    "onnxruntime_onnx",
+    "pytorch_libtorch",
+    "tensorrt_plan",
+    "tensorflow_savedmodel",
+    "tensorflow_graphdef",
+    "ensemble",
+}
+WILDCARD = -1
+
+
+def validate(config: ModelConfig, folder_name: str) -> None:
+    if config.name != folder_name:
+        raise invalid(
+            f"unexpected 'name' in model configuration, expecting '{folder_name}', got '{config.name}'"
+        )
+    if not config.platform and not config.backend:
+        raise invalid(f"must specify 'platform' or 'backend' for '{config.name}'")
+    if config.backend and config.backend not in KNOWN_BACKENDS:
+        raise invalid(f"unable to find backend '{config.backend}' for model '{config.name}'")
+    if config.platform and config.platform not in KNOWN_PLATFORMS:
+        raise invalid(f"unexpected platform type '{config.platform}' for {config.name}")
+    if config.max_batch_size < 0:
+        raise invalid(f"'max_batch_size' must be non-negative value for {config.name}")
+    if not config.HasField("version_policy"):
+        raise invalid(f"must specify 'version policy' for {config.name}")
+    for io in config.input:
+        _validate_io(io, config, "model input ")
+    for io in config.output:
+        _validate_io(io, config, "model output ")
+    _validate_unique(config)
+    if config.HasField("dynamic_batching"):
+        _validate_dynamic_batching(config)
+    for group in config.instance_group:
+        if group.count < 1:
+            raise invalid(f"instance group {group.name} of model {config.name} must have count >= 1")
+
+
+def _validate_io(io: pb.ModelInput | pb.ModelOutput, config: ModelConfig, prefix: str) -> None:
+    if not io.name:
+        raise invalid(f"{prefix}must specify 'name'")
+    named = f"{prefix}'{io.name}' "
+    if io.data_type == pb.TYPE_INVALID:
+        raise invalid(named + "must specify 'data_type'")
+    if not io.dims and not io.HasField("reshape") and config.max_batch_size == 0:
+        raise invalid(named + "must specify 'dims'")
+    for dim in io.dims:
+        if dim < 1 and dim != WILDCARD:
+            raise invalid(named + f"dimension must be integer >= 1, or {WILDCARD} to indicate a variable-size dimension")
+    if io.HasField("reshape"):
+        for dim in io.reshape.shape:
+            if dim < 1 and dim != WILDCARD:
+                raise invalid(
+                    named + f"reshape dimensions must be integer >= 1, or {WILDCARD} to indicate a variable-size dimension"
+                )
+        if not io.reshape.shape and config.max_batch_size == 0:
+            raise invalid("cannot have empty reshape for non-batching model as scalar tensors are not supported")
+        if _fixed_size(io.dims) != _fixed_size(io.reshape.shape) or _wildcards(io.dims) != _wildcards(io.reshape.shape):
+            raise invalid(named + "has different size for dims and reshape")
+
+
+def _fixed_size(dims) -> int:
+    n = 1
+    for d in dims:
+        if d != WILDCARD:
+            n *= d
+    return n
+
+
+def _wildcards(dims) -> int:
+    return sum(1 for d in dims if d == WILDCARD)
+
+
+def _validate_unique(config: ModelConfig) -> None:
+    for kind, items in (("input", config.input), ("output", config.output)):
+        seen: set[str] = set()
+        for io in items:
+            if io.name in seen:
+                raise invalid(f"model {kind} '{io.name}' can only be specified once in model '{config.name}'")
+            seen.add(io.name)
+
+
+def _validate_dynamic_batching(config: ModelConfig) -> None:
+    batching = config.dynamic_batching
+    for size in batching.preferred_batch_size:
+        if size < 1:
+            raise invalid(f"dynamic batching preferred size must be positive for {config.name}")
+        if size > config.max_batch_size:
+            raise invalid(f"dynamic batching preferred size must be <= max batch size for {config.name}")
+    levels = batching.priority_levels
+    if levels and not 1 <= batching.default_priority_level <= levels:
+        raise invalid(f"default priority level must be in range [1, {levels}] for {config.name}")

@@ -1,0 +1,1 @@
+"""Protocol-independent building blocks: datatypes, errors, requests, responses, statistics."""

@@ -1,0 +1,114 @@
+"""Triton datatypes: the wire names, the config enum names and their NumPy equivalents.
+
+BYTES tensors live in the server as NumPy object arrays of ``bytes``; on the wire each
+element is a 4-byte little-endian length followed by its bytes.
+"""
+
+from __future__ import annotations
+
+import struct
+
+import numpy as np
+
+# Wire (KServe v2) name -> NumPy dtype. BYTES maps to object arrays of bytes.
+WIRE_TO_NUMPY: dict[str, np.dtype] = {
+    "BOOL": np.dtype(np.bool_),
+    "UINT8": np.dtype(np.uint8),
+    "UINT16": np.dtype(np.uint16),
+    "UINT32": np.dtype(np.uint32),
+    "UINT64": np.dtype(np.uint64),
+    "INT8": np.dtype(np.int8),
+    "INT16": np.dtype(np.int16),
+    "INT32": np.dtype(np.int32),
+    "INT64": np.dtype(np.int64),
+    "FP16": np.dtype(np.float16),
+    "FP32": np.dtype(np.float32),
+    "FP64": np.dtype(np.float64),
+    "BYTES": np.dtype(np.object_),
+}
+
+# Config enum name (TYPE_*) <-> wire name. TYPE_STRING is the config spelling of BYTES.
+CONFIG_TO_WIRE: dict[str, str] = {f"TYPE_{w}": w for w in WIRE_TO_NUMPY if w != "BYTES"}
+CONFIG_TO_WIRE["TYPE_STRING"] = "BYTES"
+WIRE_TO_CONFIG: dict[str, str] = {w: c for c, w in CONFIG_TO_WIRE.items()}
+
+# NumPy dtype -> wire name. Fixed-width bytes/str arrays are BYTES too.
+_NUMPY_TO_WIRE: dict[np.dtype, str] = {d: w for w, d in WIRE_TO_NUMPY.items()}
+
+
+def numpy_to_wire(dtype: np.dtype) -> str | None:
+    dtype = np.dtype(dtype)
+    wire = _NUMPY_TO_WIRE.get(dtype)
+    if wire is None and dtype.kind in "SUO":
+        return "BYTES"
+    return wire
+
+
+def element_count(shape: list[int] | tuple[int, ...]) -> int:
+    n = 1
+    for d in shape:
+        n *= d
+    return n
+
+
+def dims_str(dims: list[int] | tuple[int, ...]) -> str:
+    """Triton's rendering of a shape in messages: ``[-1,4]``."""
+    return "[" + ",".join(str(int(d)) for d in dims) + "]"
+
+
+def serialize_bytes(array: np.ndarray) -> bytes:
+    """Length-prefix each element (row-major) as Triton's BYTES wire format does."""
+    parts: list[bytes] = []
+    pack = struct.Struct("<I").pack
+    for item in array.ravel(order="C"):
+        if isinstance(item, str):
+            item = item.encode("utf-8")
+        elif not isinstance(item, (bytes, bytearray)):
+            item = str(item).encode("utf-8")
+        parts.append(pack(len(item)))
+        parts.append(item)
+    return b"".join(parts)
+
+
+class BytesFormatError(ValueError):
+    """The buffer does not hold whole length-prefixed elements."""
+
+
+def deserialize_bytes(buffer: bytes | memoryview, count: int | None = None) -> np.ndarray:
+    """Split a length-prefixed buffer into a flat object array of bytes.
+
+    With ``count`` given, exactly that many elements must fill the buffer exactly.
+    """
+    view = memoryview(buffer)
+    size = len(view)
+    items: list[bytes] = []
+    offset = 0
+    unpack = struct.Struct("<I").unpack_from
+    while offset < size:
+        if offset + 4 > size:
+            raise BytesFormatError(
+                f"incomplete string length indicator, expecting 4 bytes but only {size - offset} bytes available"
+            )
+        (length,) = unpack(view, offset)
+        offset += 4
+        if offset + length > size:
+            raise BytesFormatError(
+                f"incomplete string data, expecting {length} bytes but only {size - offset} bytes available"
+            )
+        items.append(bytes(view[offset : offset + length]))
+        offset += length
+    if count is not None and len(items) != count:
+        raise BytesFormatError(f"expected {count} string elements, got {len(items)}")
+    out = np.empty(len(items), dtype=np.object_)
+    out[:] = items
+    return out
+
+
+def byte_size(array: np.ndarray) -> int:
+    """Size of a tensor on the wire (BYTES includes the length prefixes)."""
+    if array.dtype == np.object_:
+        total = 0
+        for item in array.ravel():
+            total += 4 + (len(item) if isinstance(item, (bytes, bytearray)) else len(str(item).encode()))
+        return total
+    return array.nbytes

@@ -1,0 +1,73 @@
+"""The server's own request and response: what every front end decodes into and encodes from.
+
+Tensors are NumPy arrays (BYTES: object arrays of ``bytes``). Plain ``__slots__`` classes keep
+construction cheap on the hot path; nothing here validates, the model's signature does that once.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from naiad.core.errors import InferError
+
+
+class InferRequest:
+    __slots__ = (
+        "model_name",
+        "model_version",
+        "id",
+        "inputs",
+        "requested_outputs",
+        "parameters",
+        "correlation_id",
+        "flags",
+        "priority",
+        "timeout_us",
+        "batch_size",
+        "arrival_ns",
+    )
+
+    def __init__(
+        self,
+        model_name: str,
+        model_version: str = "",
+        id: str = "",
+        inputs: dict[str, np.ndarray] | None = None,
+        requested_outputs: list[str] | None = None,
+        parameters: dict[str, Any] | None = None,
+    ) -> None:
+        self.model_name = model_name
+        self.model_version = model_version  # "" = the model's newest ready version
+        self.id = id
+        self.inputs: dict[str, np.ndarray] = inputs if inputs is not None else {}
+        # None = every output in the config, in config order.
+        self.requested_outputs = requested_outputs
+        self.parameters: dict[str, Any] = parameters if parameters is not None else {}
+        self.correlation_id: int | str = 0
+        self.flags = 0
+        self.priority = 0
+        self.timeout_us = 0
+        self.batch_size = 0  # set by the signature: 0 for models without a batch dimension
+        self.arrival_ns = 0
+
+
+class InferResponse:
+    __slots__ = ("model_name", "model_version", "id", "outputs", "parameters", "error")
+
+    def __init__(
+        self,
+        model_name: str,
+        model_version: str,
+        id: str = "",
+        outputs: dict[str, np.ndarray] | None = None,
+        parameters: dict[str, Any] | None = None,
+        error: InferError | None = None,
+    ) -> None:
+        self.model_name = model_name
+        self.model_version = model_version
+        self.id = id
+        self.outputs: dict[str, np.ndarray] = outputs if outputs is not None else {}
+        self.parameters: dict[str, Any] = parameters if parameters is not None else {}
+        self.error = error

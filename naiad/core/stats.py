@@ -1,0 +1,86 @@
+"""Per model-version statistics in the shape Triton reports them (``/v2/models/{m}/stats``)."""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+_DURATIONS = (
+    "success",
+    "fail",
+    "queue",
+    "compute_input",
+    "compute_infer",
+    "compute_output",
+    "cache_hit",
+    "cache_miss",
+)
+
+
+class Duration:
+    __slots__ = ("count", "ns")
+
+    def __init__(self) -> None:
+        self.count = 0
+        self.ns = 0
+
+    def add(self, ns: int, count: int = 1) -> None:
+        self.count += count
+        self.ns += ns
+
+    def as_dict(self) -> dict[str, int]:
+        return {"count": self.count, "ns": self.ns}
+
+
+class ModelStats:
+    """Counters for one model version. Single-threaded: only the event loop touches them."""
+
+    __slots__ = ("inference_count", "execution_count", "last_inference_ms", "durations", "batch", "success", "fail",
+                 "queue", "compute_input", "compute_infer", "compute_output")
+
+    def __init__(self) -> None:
+        self.inference_count = 0
+        self.execution_count = 0
+        self.last_inference_ms = 0
+        self.durations = {name: Duration() for name in _DURATIONS}
+        self.success = self.durations["success"]
+        self.fail = self.durations["fail"]
+        self.queue = self.durations["queue"]
+        self.compute_input = self.durations["compute_input"]
+        self.compute_infer = self.durations["compute_infer"]
+        self.compute_output = self.durations["compute_output"]
+        # batch size -> [compute_input, compute_infer, compute_output] durations
+        self.batch: dict[int, tuple[Duration, Duration, Duration]] = {}
+
+    def record_execution(self, batch_size: int, input_ns: int, infer_ns: int, output_ns: int) -> None:
+        """One backend execution covering ``batch_size`` inferences."""
+        self.execution_count += 1
+        self.inference_count += batch_size
+        self.last_inference_ms = time.time_ns() // 1_000_000
+        per_batch = self.batch.get(batch_size)
+        if per_batch is None:
+            per_batch = self.batch[batch_size] = (Duration(), Duration(), Duration())
+        per_batch[0].add(input_ns)
+        per_batch[1].add(infer_ns)
+        per_batch[2].add(output_ns)
+
+    def as_dict(self, name: str, version: str) -> dict[str, Any]:
+        return {
+            "name": name,
+            "version": version,
+            "last_inference": self.last_inference_ms,
+            "inference_count": self.inference_count,
+            "execution_count": self.execution_count,
+            "inference_stats": {k: d.as_dict() for k, d in self.durations.items()},
+            "response_stats": {},
+            "batch_stats": [
+                {
+                    "batch_size": size,
+                    "compute_input": durs[0].as_dict(),
+                    "compute_infer": durs[1].as_dict(),
+                    "compute_output": durs[2].as_dict(),
+                }
+                for size, durs in sorted(self.batch.items())
+            ],
+            "memory_usage": [],
+        }

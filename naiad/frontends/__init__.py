@@ -1,0 +1,1 @@
+"""Front ends: thin codecs over ``naiad.service.Service``."""

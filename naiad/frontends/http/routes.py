@@ -1,0 +1,155 @@
+"""Maps KServe v2 / Triton HTTP routes onto the service. Every handler returns a ``Reply`` or, for
+inference, a ``Deferred`` the protocol completes when the model answers.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any, Callable
+from urllib.parse import unquote
+
+import orjson
+
+from naiad.core.errors import InferError, invalid, unavailable
+from naiad.core.request import InferResponse
+from naiad.frontends.http.codec import OutputOptions, decode_request, encode_response
+from naiad.service import Service
+
+JSON = b"application/json"
+OCTET = b"application/octet-stream"
+
+
+class Reply:
+    __slots__ = ("status", "body", "content_type", "headers")
+
+    def __init__(self, status: int, body: bytes | list = b"", content_type: bytes = JSON,
+                 headers: list[tuple[bytes, bytes]] | None = None) -> None:
+        self.status = status
+        self.body = body  # bytes, or a list of chunks written back to back
+        self.content_type = content_type
+        self.headers = headers
+
+
+class Deferred:
+    __slots__ = ("future", "finish")
+
+    def __init__(self, future: asyncio.Future, finish: Callable[[asyncio.Future], Reply]) -> None:
+        self.future = future
+        self.finish = finish
+
+
+def json_reply(value: Any, status: int = 200) -> Reply:
+    return Reply(status, orjson.dumps(value))
+
+
+def error_reply(error: InferError) -> Reply:
+    return Reply(error.http_status, orjson.dumps({"error": error.message}))
+
+
+class Router:
+    def __init__(self, service: Service) -> None:
+        self.service = service
+
+    def handle(self, method: bytes, path: str, headers: dict[bytes, bytes], body: bytes | bytearray
+               ) -> Reply | Deferred:
+        try:
+            return self._route(method, path, headers, body)
+        except InferError as exc:
+            return error_reply(exc)
+
+    def _route(self, method: bytes, path: str, headers: dict[bytes, bytes], body: bytes | bytearray
+               ) -> Reply | Deferred:
+        if "%" in path:
+            path = unquote(path)
+        parts = path.strip("/").split("/")
+        if not parts or parts[0] != "v2":
+            return _not_found()
+        n = len(parts)
+        if parts[1:2] == ["models"] and n >= 3:
+            if n == 3 and parts[2] == "stats":
+                return self._get(method, lambda: json_reply(self.service.model_statistics()))
+            name = parts[2]
+            version = ""
+            rest = parts[3:]
+            if len(rest) >= 2 and rest[0] == "versions":
+                version = rest[1]
+                rest = rest[2:]
+            if not rest:
+                return self._get(method, lambda: json_reply(self.service.model_metadata(name, version)))
+            if len(rest) == 1:
+                action = rest[0]
+                if action == "infer":
+                    if method != b"POST":
+                        return _method_not_allowed()
+                    return self._infer(name, version, headers, body)
+                if action == "ready":
+                    return self._get(method, lambda: Reply(200 if self.service.model_ready(name, version) else 400))
+                if action == "config":
+                    return self._get(method, lambda: json_reply(self.service.model_config(name, version)))
+                if action == "stats":
+                    return self._get(method, lambda: json_reply(self.service.model_statistics(name, version)))
+            return _not_found()
+        if n == 1:
+            return self._get(method, lambda: json_reply(self.service.server_metadata()))
+        if n == 3 and parts[1] == "health":
+            if parts[2] == "live":
+                return self._get(method, lambda: Reply(200 if self.service.live else 400))
+            if parts[2] == "ready":
+                return self._get(method, lambda: Reply(200 if self.service.is_ready() else 400))
+        if parts[1] == "repository":
+            return self._repository(method, parts[2:], body)
+        return _not_found()
+
+    @staticmethod
+    def _get(method: bytes, produce: Callable[[], Reply]) -> Reply:
+        if method not in (b"GET", b"HEAD"):
+            return _method_not_allowed()
+        return produce()
+
+    def _infer(self, name: str, version: str, headers: dict[bytes, bytes], body: bytes | bytearray) -> Reply | Deferred:
+        header_length = headers.get(b"inference-header-content-length")
+        length: int | None = None
+        if header_length is not None:
+            try:
+                length = int(header_length)
+            except ValueError:
+                raise invalid(f"Inference-Header-Content-Length is not a number: {header_length.decode(errors='replace')}"
+                              ) from None
+        request, options = decode_request(body, length, name, version)
+        future = self.service.infer(request)
+        return Deferred(future, lambda f: self._infer_reply(f.result(), options))
+
+    def _infer_reply(self, response: InferResponse, options: OutputOptions) -> Reply:
+        if response.error is not None:
+            return error_reply(response.error)
+        labels = None
+        if options.classification:
+            labels = self.service.repository.get(response.model_name, response.model_version).labels
+        header, chunks, header_length = encode_response(response, options, labels)
+        if header_length is None:
+            return Reply(200, header)
+        return Reply(200, [header, *chunks], OCTET,
+                     [(b"Inference-Header-Content-Length", str(header_length).encode())])
+
+    def _repository(self, method: bytes, rest: list[str], body: bytes | bytearray) -> Reply:
+        if rest == ["index"] and method == b"POST":
+            ready_only = False
+            if body:
+                try:
+                    doc = orjson.loads(body)
+                except orjson.JSONDecodeError as exc:
+                    raise invalid(f"failed to parse the request JSON buffer: {exc}") from None
+                ready_only = bool(isinstance(doc, dict) and doc.get("ready"))
+            return json_reply(self.service.repository_index(ready_only))
+        if len(rest) == 3 and rest[0] == "models" and rest[2] in ("load", "unload") and method == b"POST":
+            # Model control arrives with the explicit control mode; in 'none' mode Triton refuses both.
+            return error_reply(unavailable("explicit model load / unload is not allowed if polling is enabled"))
+        return _not_found()
+
+
+def _not_found() -> Reply:
+    return Reply(404, orjson.dumps({"error": "Not Found"}))
+
+
+def _method_not_allowed() -> Reply:
+    return Reply(405, orjson.dumps({"error": "Method Not Allowed"}))

@@ -1,0 +1,1 @@
+"""Model repositories: discovery, version policy, loading, states and lookup."""

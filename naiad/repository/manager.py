@@ -1,0 +1,199 @@
+"""Loads every model of the repositories and answers which version serves a request.
+
+A model that fails to load is recorded with its reason and never stops the others.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from naiad.backends.base import VersionContext
+from naiad.backends.registry import get_backend
+from naiad.config import ModelConfig
+from naiad.config.loader import load_config
+from naiad.config.normalize import detect_backend, fill_defaults
+from naiad.config.render import config_to_dict
+from naiad.config.validate import validate
+from naiad.core.errors import InferError, invalid, not_found, unavailable
+from naiad.repository.layout import model_dirs, select_versions, version_dirs
+from naiad.repository.model import ModelVersion
+
+log = logging.getLogger("naiad.repository")
+
+
+@dataclass
+class ModelEntry:
+    name: str
+    path: Path
+    config: ModelConfig | None = None
+    config_dict: dict[str, Any] | None = None
+    versions: dict[int, ModelVersion] = field(default_factory=dict)
+    failed: dict[int, str] = field(default_factory=dict)  # version -> reason
+    reason: str = ""  # the whole model failed before any version was tried
+
+    @property
+    def ready(self) -> bool:
+        return bool(self.versions)
+
+    def latest(self) -> ModelVersion | None:
+        return self.versions[max(self.versions)] if self.versions else None
+
+
+@dataclass
+class RepositoryOptions:
+    paths: list[Path]
+    config_name: str = ""
+    auto_complete: bool = True
+    backend_config: dict[str, dict[str, str]] = field(default_factory=dict)
+
+
+class ModelRepository:
+    def __init__(self, options: RepositoryOptions) -> None:
+        self.options = options
+        self.models: dict[str, ModelEntry] = {}
+
+    def load_all(self) -> None:
+        found: dict[str, list[Path]] = {}
+        for repo in self.options.paths:
+            if not repo.is_dir():
+                log.error("model repository '%s' does not exist", repo)
+            for name, path in model_dirs(repo).items():
+                found.setdefault(name, []).append(path)
+        for name, paths in found.items():
+            if len(paths) > 1:
+                entry = ModelEntry(name, paths[0])
+                entry.reason = f"model '{name}' appears in multiple repositories: " + ", ".join(map(str, paths))
+                self.models[name] = entry
+                log.error("failed to load '%s': %s", name, entry.reason)
+                continue
+            self.models[name] = self._load_model(name, paths[0])
+
+    def _load_model(self, name: str, path: Path) -> ModelEntry:
+        entry = ModelEntry(name, path)
+        try:
+            config, found = load_config(path, self.options.config_name)
+            if not found and not self.options.auto_complete:
+                raise invalid(f"failed to find a config.pbtxt for model '{name}' and auto-complete is disabled")
+            versions = version_dirs(path)
+            if not config.name:
+                config.name = name
+            detect_backend(config, list(versions.values()))
+            backend_name = config.backend or config.platform
+            if not backend_name:
+                raise invalid(f"must specify 'platform' or 'backend' for '{config.name}'")
+            backend = get_backend(config.backend, name) if config.backend else None
+            if backend is not None and self.options.auto_complete:
+                config = backend.auto_complete(config, path, list(versions.values()))
+            fill_defaults(config, name)
+            validate(config, name)
+            if backend is None:
+                raise invalid(f"unable to find backend for platform '{config.platform}' of model '{name}'")
+        except InferError as exc:
+            entry.reason = exc.message
+            log.error("failed to load '%s': %s", name, exc.message)
+            return entry
+        entry.config = config
+        entry.config_dict = config_to_dict(config)
+        config_json = json.dumps(entry.config_dict)
+        labels = self._labels(config, path)
+        selected = select_versions(config, list(versions))
+        if not selected:
+            entry.reason = f"at least one version must be available under the version policy of model '{name}'"
+            log.error("failed to load '%s': %s", name, entry.reason)
+        options = self.options.backend_config.get(config.backend, {})
+        for version in selected:
+            started = time.perf_counter()
+            ctx = VersionContext(name, version, config, config_json, path, versions[version], options)
+            try:
+                loaded = backend.load(ctx)
+            except InferError as exc:
+                entry.failed[version] = exc.message
+                log.error("failed to load '%s' version %d: %s", name, version, exc.message)
+                continue
+            except Exception as exc:  # a model's own bug is a failed load, not a dead server
+                entry.failed[version] = f"{type(exc).__name__}: {exc}"
+                log.exception("failed to load '%s' version %d", name, version)
+                continue
+            model = ModelVersion(name, version, config, entry.config_dict, loaded, labels)
+            model.load_seconds = time.perf_counter() - started
+            entry.versions[version] = model
+            log.info("successfully loaded '%s' version %d", name, version)
+        return entry
+
+    @staticmethod
+    def _labels(config: ModelConfig, path: Path) -> dict[str, list[str]]:
+        labels: dict[str, list[str]] = {}
+        for output in config.output:
+            if output.label_filename:
+                try:
+                    labels[output.name] = (path / output.label_filename).read_text().splitlines()
+                except OSError as exc:
+                    log.warning("model '%s': cannot read label file %s: %s", config.name, output.label_filename, exc)
+        return labels
+
+    # --- lookup -------------------------------------------------------------------------------------------------
+
+    def entry(self, name: str) -> ModelEntry:
+        entry = self.models.get(name)
+        if entry is None:
+            raise not_found(f"Request for unknown model: '{name}' is not found")
+        return entry
+
+    def get(self, name: str, version: str = "") -> ModelVersion:
+        """The version that serves a request: the newest ready one unless a version is named."""
+        entry = self.models.get(name)
+        if entry is None:
+            raise not_found(f"Request for unknown model: '{name}' is not found")
+        if not version:
+            model = entry.latest()
+            if model is None:
+                raise not_found(f"Request for unknown model: '{name}' has no available versions")
+            return model
+        try:
+            number = int(version)
+        except ValueError:
+            raise invalid(f"failed to parse model version '{version}' for model '{name}'") from None
+        model = entry.versions.get(number)
+        if model is None:
+            if number in entry.failed:
+                raise unavailable(f"Request for unknown model: '{name}' version {number} is not at ready state")
+            raise not_found(f"Request for unknown model: '{name}' version {number} is not found")
+        return model
+
+    def is_ready(self, name: str, version: str = "") -> bool:
+        try:
+            self.get(name, version)
+        except InferError:
+            return False
+        return True
+
+    def all_ready(self) -> bool:
+        return all(e.ready and not e.failed for e in self.models.values())
+
+    def index(self, ready_only: bool = False) -> list[dict[str, str]]:
+        rows: list[dict[str, str]] = []
+        for name in sorted(self.models):
+            entry = self.models[name]
+            for version in sorted(set(entry.versions) | set(entry.failed)):
+                if version in entry.versions:
+                    rows.append({"name": name, "version": str(version), "state": "READY"})
+                elif not ready_only:
+                    rows.append({"name": name, "version": str(version), "state": "UNAVAILABLE",
+                                 "reason": entry.failed[version]})
+            if not entry.versions and not entry.failed and not ready_only:
+                rows.append({"name": name, "state": "UNAVAILABLE", "reason": entry.reason})
+        return rows
+
+    def unload_all(self) -> None:
+        for entry in self.models.values():
+            for version, model in list(entry.versions.items()):
+                try:
+                    model.unload()
+                except Exception:
+                    log.exception("finalize() of '%s' version %d failed", entry.name, version)
+            entry.versions.clear()

@@ -1,0 +1,1 @@
+"""Schedulers: how queued requests reach a model's instances."""

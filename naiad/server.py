@@ -1,0 +1,91 @@
+"""Wiring and lifecycle: load the repository, open the front ends, drain on SIGTERM/SIGINT, finalize."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import signal
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from naiad.frontends.http.protocol import HttpProtocol
+from naiad.frontends.http.routes import Router
+from naiad.repository.manager import ModelRepository, RepositoryOptions
+from naiad.service import Service
+
+log = logging.getLogger("naiad")
+
+
+@dataclass
+class ServerOptions:
+    model_repositories: list[Path]
+    model_config_name: str = ""
+    auto_complete: bool = True
+    strict_readiness: bool = True
+    exit_on_error: bool = False
+    exit_timeout_secs: float = 30.0
+    allow_http: bool = True
+    http_address: str = "0.0.0.0"
+    http_port: int = 8000
+    http_max_input_size: int = 64 * 1024 * 1024
+    backend_config: dict[str, dict[str, str]] = field(default_factory=dict)
+
+
+class Server:
+    def __init__(self, options: ServerOptions) -> None:
+        self.options = options
+        self.repository = ModelRepository(RepositoryOptions(
+            paths=options.model_repositories,
+            config_name=options.model_config_name,
+            auto_complete=options.auto_complete,
+            backend_config=options.backend_config,
+        ))
+        self.service = Service(self.repository, strict_readiness=options.strict_readiness)
+        self._servers: list[asyncio.base_events.Server] = []
+        self._stop = asyncio.Event()
+
+    async def start(self) -> None:
+        self.repository.load_all()
+        for row in self.repository.index():
+            log.info("model %-24s version %-4s %s%s", row["name"], row.get("version", "-"), row["state"],
+                     f" ({row['reason']})" if row.get("reason") else "")
+        if self.options.exit_on_error and not self.repository.all_ready():
+            raise SystemExit("error: failed to load all models (--exit-on-error=true)")
+        loop = asyncio.get_running_loop()
+        if self.options.allow_http:
+            router = Router(self.service)
+            max_body = self.options.http_max_input_size
+            server = await loop.create_server(
+                lambda: HttpProtocol(router, max_body),
+                self.options.http_address, self.options.http_port, reuse_address=True, backlog=2048,
+            )
+            self._servers.append(server)
+            log.info("Started HTTPService at %s:%d", self.options.http_address, self.options.http_port)
+        self.service.live = True
+        self.service.accepting = True
+
+    def request_stop(self) -> None:
+        self._stop.set()
+
+    async def run(self) -> None:
+        loop = asyncio.get_running_loop()
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            try:
+                loop.add_signal_handler(sig, self.request_stop)
+            except (NotImplementedError, RuntimeError):
+                pass
+        await self.start()
+        await self._stop.wait()
+        await self.stop()
+
+    async def stop(self) -> None:
+        """Refuse new work, let in-flight requests finish within the exit timeout, then finalize every model."""
+        log.info("Waiting for in-flight requests to complete (timeout %.0fs)", self.options.exit_timeout_secs)
+        drained = await self.service.drain(self.options.exit_timeout_secs)
+        if not drained:
+            log.warning("Timeout: %d in-flight requests did not complete", self.service.in_flight)
+        for server in self._servers:
+            server.close()
+        self.service.live = False
+        self.repository.unload_all()
+        log.info("All models are stopped, unloading models")

@@ -1,0 +1,114 @@
+"""The one core API every front end speaks to: inference, health, metadata, config, statistics, repository.
+
+Front ends decode their wire format into ``InferRequest`` and encode ``InferResponse``; none of
+them reaches into a scheduler or a backend.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+import naiad
+from naiad.core.errors import not_found, unavailable
+from naiad.core.request import InferRequest, InferResponse
+from naiad.repository.manager import ModelRepository
+
+EXTENSIONS = [
+    "classification",
+    "model_repository",
+    "schedule_policy",
+    "model_configuration",
+    "system_shared_memory",
+    "cuda_shared_memory",
+    "binary_tensor_data",
+    "parameters",
+    "statistics",
+    "trace",
+    "logging",
+]
+
+
+class Service:
+    def __init__(self, repository: ModelRepository, strict_readiness: bool = True) -> None:
+        self.repository = repository
+        self.strict_readiness = strict_readiness
+        self.live = False
+        self.accepting = False  # False while starting and while draining on shutdown
+        self.in_flight = 0
+        self._idle: asyncio.Event | None = None
+
+    # --- inference ----------------------------------------------------------------------------------------------
+
+    def infer(self, request: InferRequest) -> "asyncio.Future[InferResponse]":
+        """Queue a request. Raises ``InferError`` for a request that can't be queued."""
+        if not self.accepting:
+            raise unavailable("Server is not ready to accept requests (shutting down)")
+        model = self.repository.get(request.model_name, request.model_version)
+        future = model.submit(request)
+        self.in_flight += 1
+        future.add_done_callback(self._finished)
+        return future
+
+    def _finished(self, _: asyncio.Future) -> None:
+        self.in_flight -= 1
+        if self.in_flight == 0 and self._idle is not None:
+            self._idle.set()
+
+    async def drain(self, timeout: float) -> bool:
+        """Stop taking requests and wait for in-flight ones; True if all finished in time."""
+        self.accepting = False
+        if self.in_flight == 0:
+            return True
+        self._idle = asyncio.Event()
+        try:
+            await asyncio.wait_for(self._idle.wait(), timeout)
+            return True
+        except asyncio.TimeoutError:
+            return False
+
+    # --- health and metadata ------------------------------------------------------------------------------------
+
+    def is_ready(self) -> bool:
+        if not (self.live and self.accepting):
+            return False
+        return self.repository.all_ready() if self.strict_readiness else True
+
+    def server_metadata(self) -> dict[str, Any]:
+        return {"name": "naiad", "version": naiad.__version__, "extensions": EXTENSIONS}
+
+    def model_ready(self, name: str, version: str = "") -> bool:
+        return self.repository.is_ready(name, version)
+
+    def model_metadata(self, name: str, version: str = "") -> dict[str, Any]:
+        model = self.repository.get(name, version)
+        entry = self.repository.entry(name)
+        return {
+            "name": name,
+            "versions": [str(v) for v in sorted(entry.versions)],
+            "platform": model.platform,
+            "inputs": model.inputs_metadata,
+            "outputs": model.outputs_metadata,
+        }
+
+    def model_config(self, name: str, version: str = "") -> dict[str, Any]:
+        return self.repository.get(name, version).config_dict
+
+    def model_statistics(self, name: str = "", version: str = "") -> dict[str, Any]:
+        if name:
+            entry = self.repository.entry(name)
+            if version:
+                models = [self.repository.get(name, version)]
+            else:
+                models = [entry.versions[v] for v in sorted(entry.versions)]
+                if not models:
+                    raise not_found(f"requested model '{name}' is not available")
+        else:
+            models = [
+                m for e in sorted(self.repository.models) for _, m in sorted(self.repository.models[e].versions.items())
+            ]
+        return {"model_stats": [m.stats.as_dict(m.name, m.version_str) for m in models]}
+
+    def repository_index(self, ready_only: bool = False) -> list[dict[str, str]]:
+        return self.repository.index(ready_only)
+
