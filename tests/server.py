@@ -1,0 +1,78 @@
+"""Start a real naiad server in a subprocess on free ports, for tests that drive it with real clients."""
+
+from __future__ import annotations
+
+import http.client
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+EXAMPLES = ROOT / "examples" / "model_repository"
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+class RunningServer:
+    def __init__(self, repositories: list[Path], *extra: str, env: dict[str, str] | None = None,
+                 wait_ready: bool = True) -> None:
+        self.http_port = free_port()
+        self.url = f"127.0.0.1:{self.http_port}"
+        args = [sys.executable, "-m", "naiad", "serve", "--http-port", str(self.http_port),
+                "--http-address", "127.0.0.1"]
+        for repo in repositories:
+            args += ["--model-repository", str(repo)]
+        args += list(extra)
+        self.log_path = Path(os.environ.get("TMPDIR", "/tmp")) / f"naiad-test-{self.http_port}.log"
+        self._log = open(self.log_path, "wb")
+        self.proc = subprocess.Popen(args, stdout=self._log, stderr=subprocess.STDOUT, cwd=ROOT,
+                                     env={**os.environ, "PYTHONPATH": str(ROOT), **(env or {})})
+        self._wait(wait_ready)
+
+    def _wait(self, ready: bool, timeout: float = 60.0) -> None:
+        deadline = time.monotonic() + timeout
+        path = "/v2/health/ready" if ready else "/v2/health/live"
+        while time.monotonic() < deadline:
+            if self.proc.poll() is not None:
+                raise RuntimeError(f"naiad exited with {self.proc.returncode}:\n{self.log()}")
+            try:
+                status, _, _ = self.request("GET", path)
+                if status == 200:
+                    return
+            except OSError:
+                pass
+            time.sleep(0.05)
+        raise RuntimeError(f"naiad did not become {'ready' if ready else 'live'}:\n{self.log()}")
+
+    def request(self, method: str, path: str, body: bytes | str | None = None,
+                headers: dict[str, str] | None = None) -> tuple[int, dict[str, str], bytes]:
+        conn = http.client.HTTPConnection("127.0.0.1", self.http_port, timeout=30)
+        try:
+            conn.request(method, path, body=body, headers=headers or {})
+            resp = conn.getresponse()
+            return resp.status, {k.lower(): v for k, v in resp.getheaders()}, resp.read()
+        finally:
+            conn.close()
+
+    def log(self) -> str:
+        self._log.flush()
+        return self.log_path.read_text(errors="replace")
+
+    def stop(self, sig: int = signal.SIGTERM, timeout: float = 30.0) -> int:
+        if self.proc.poll() is None:
+            self.proc.send_signal(sig)
+            try:
+                self.proc.wait(timeout)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+        self._log.close()
+        return self.proc.returncode
