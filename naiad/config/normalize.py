@@ -54,6 +54,8 @@ def detect_backend(config: ModelConfig, version_dirs: list[Path]) -> None:
 def fill_defaults(config: ModelConfig, model_name: str) -> None:
     if not config.name:
         config.name = model_name
+    if not config.default_model_filename and config.backend == "python":
+        config.default_model_filename = DEFAULT_FILENAMES["python"]
     if not config.HasField("version_policy"):
         config.version_policy.latest.num_versions = 1
     if config.platform != "ensemble":

@@ -1,7 +1,7 @@
 """Render a ModelConfig as Triton's JSON: every field printed, int64 fields as JSON numbers.
 
-Triton converts with protobuf's JSON printer (always printing primitive fields) and then rewrites
-the quoted 64-bit integers as numbers; the descriptor tells which fields those are.
+Triton converts with protobuf's JSON printer (always printing primitive fields, in declaration
+order) and then rewrites the quoted 64-bit integers as numbers; the descriptor tells which those are.
 """
 
 from __future__ import annotations
@@ -33,33 +33,33 @@ def _message_to_dict(message: Any) -> dict[str, Any]:
         )
 
 
-def _int64_to_numbers(descriptor: Descriptor, value: dict[str, Any]) -> None:
+def _normalize(descriptor: Descriptor, value: dict[str, Any]) -> dict[str, Any]:
+    """Quoted 64-bit integers become numbers; keys follow the .proto declaration order, as Triton prints them."""
+    out: dict[str, Any] = {}
     for field in descriptor.fields:
         if field.name not in value:
             continue
         item = value[field.name]
         if field.type in _INT64_TYPES:
-            value[field.name] = [int(v) for v in item] if isinstance(item, list) else int(item)
+            item = [int(v) for v in item] if isinstance(item, list) else int(item)
         elif field.type == FieldDescriptor.TYPE_MESSAGE:
             sub = field.message_type
             if sub.GetOptions().map_entry:
                 value_field = sub.fields_by_name["value"]
-                for key in list(item):
-                    if value_field.type in _INT64_TYPES:
-                        item[key] = int(item[key])
-                    elif value_field.type == FieldDescriptor.TYPE_MESSAGE:
-                        _int64_to_numbers(value_field.message_type, item[key])
+                if value_field.type in _INT64_TYPES:
+                    item = {k: int(v) for k, v in item.items()}
+                elif value_field.type == FieldDescriptor.TYPE_MESSAGE:
+                    item = {k: _normalize(value_field.message_type, v) for k, v in item.items()}
             elif isinstance(item, list):
-                for element in item:
-                    _int64_to_numbers(sub, element)
+                item = [_normalize(sub, element) for element in item]
             else:
-                _int64_to_numbers(sub, item)
+                item = _normalize(sub, item)
+        out[field.name] = item
+    return out
 
 
 def config_to_dict(config: ModelConfig) -> dict[str, Any]:
-    value = _message_to_dict(config)
-    _int64_to_numbers(config.DESCRIPTOR, value)
-    return value
+    return _normalize(config.DESCRIPTOR, _message_to_dict(config))
 
 
 def dict_to_config(value: dict[str, Any]) -> ModelConfig:
