@@ -10,7 +10,7 @@ import asyncio
 from typing import Any
 
 import naiad
-from naiad.core.errors import not_found, unavailable
+from naiad.core.errors import invalid, unavailable
 from naiad.core.request import InferRequest, InferResponse
 from naiad.repository.manager import ModelRepository
 
@@ -82,10 +82,11 @@ class Service:
 
     def model_metadata(self, name: str, version: str = "") -> dict[str, Any]:
         model = self.repository.get(name, version)
-        entry = self.repository.entry(name)
+        # Triton lists every ready version, or only the one asked for.
+        versions = [version] if version else [str(v) for v in sorted(self.repository.entry(name).versions)]
         return {
             "name": name,
-            "versions": [str(v) for v in sorted(entry.versions)],
+            "versions": versions,
             "platform": model.platform,
             "inputs": model.inputs_metadata,
             "outputs": model.outputs_metadata,
@@ -96,13 +97,16 @@ class Service:
 
     def model_statistics(self, name: str = "", version: str = "") -> dict[str, Any]:
         if name:
-            entry = self.repository.entry(name)
+            entry = self.repository.models.get(name)
+            if entry is None or not entry.versions:
+                raise invalid(f"requested model '{name}' is not available")
             if version:
-                models = [self.repository.get(name, version)]
+                model = entry.versions.get(int(version))
+                if model is None:
+                    raise invalid(f"requested model version is not available for model '{name}'")
+                models = [model]
             else:
                 models = [entry.versions[v] for v in sorted(entry.versions)]
-                if not models:
-                    raise not_found(f"requested model '{name}' is not available")
         else:
             models = [
                 m for e in sorted(self.repository.models) for _, m in sorted(self.repository.models[e].versions.items())

@@ -69,7 +69,8 @@ def fill_defaults(config: ModelConfig, model_name: str) -> None:
 
 def _fill_instance_groups(config: ModelConfig) -> None:
     if not config.instance_group:
-        config.instance_group.add()
+        # A group Triton adds itself is named after the model; unnamed given groups get an index.
+        config.instance_group.add(name=config.name)
     for index, group in enumerate(config.instance_group):
         if not group.name:
             group.name = f"{config.name}_{index}"
@@ -83,7 +84,4 @@ def _fill_instance_groups(config: ModelConfig) -> None:
 def _fill_dynamic_batching(config: ModelConfig) -> None:
     batching = config.dynamic_batching
     if not batching.preferred_batch_size and config.max_batch_size > 0:
-        # Triton leaves preferred sizes empty; nothing to fill. Kept explicit for readers.
-        pass
-    if not batching.HasField("default_queue_policy"):
-        batching.default_queue_policy.timeout_action = pb.ModelQueuePolicy.REJECT
+        batching.preferred_batch_size.append(config.max_batch_size)

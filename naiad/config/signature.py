@@ -9,7 +9,7 @@ from __future__ import annotations
 import numpy as np
 
 from naiad.config import ModelConfig, pb
-from naiad.core.datatypes import CONFIG_TO_WIRE, dims_str, numpy_to_wire
+from naiad.core.datatypes import CONFIG_TO_WIRE, WIRE_TO_NUMPY, dims_str, numpy_to_wire
 from naiad.core.errors import invalid
 from naiad.core.request import InferRequest
 
@@ -34,6 +34,18 @@ class TensorSpec:
         self.is_shape_tensor: bool = io.is_shape_tensor
 
 
+def _product(dims: tuple[int, ...] | list[int]) -> int:
+    n = 1
+    for d in dims:
+        if d != WILDCARD:
+            n *= d
+    return n
+
+
+def _wildcards(dims: tuple[int, ...] | list[int]) -> int:
+    return sum(1 for d in dims if d == WILDCARD)
+
+
 def _log(request: InferRequest) -> str:
     return f"[request id: {request.id or '<id_unknown>'}] "
 
@@ -50,17 +62,22 @@ class Signature:
     def check(self, request: InferRequest) -> None:
         """Raise Triton's INVALID_ARG for a request this model can't take; set ``batch_size``; apply reshapes."""
         name = self.model_name
+        if request.raw_input is not None:
+            self._deduce_raw_input(request)
         if request.requested_outputs:
             for out in request.requested_outputs:
                 if out not in self.outputs:
-                    raise invalid(f"{_log(request)}unexpected inference output '{out}' for model '{name}'")
+                    raise invalid(f"unexpected inference output '{out}' for model '{name}'")
         inputs = request.inputs
         if len(inputs) > len(self.inputs) or len(inputs) < self.required_count:
             raise invalid(self._count_message(request))
         specs = self.inputs
         batch_size = 0
+        # Triton keeps a request's inputs in an unordered_map that walks them newest first; checking in
+        # the same order reports the same input when several are wrong.
+        order = list(reversed(inputs.items()))
         if self.max_batch_size > 0:
-            for input_name, array in inputs.items():
+            for input_name, array in order:
                 spec = specs.get(input_name)
                 if spec is None:
                     raise invalid(f"unexpected inference input '{input_name}' for model '{name}'")
@@ -77,12 +94,21 @@ class Signature:
                     raise invalid(
                         f"{_log(request)}input '{input_name}' batch size does not match other inputs for '{name}'"
                     )
+            if batch_size == 0 and order:
+                # A zero batch dimension reads as "no batch" to Triton, which then finds no bytes.
+                input_name, array = order[0]
+                spec = specs[input_name]
+                expected = array.dtype.itemsize * _product(spec.dims) if array.dtype != np.object_ else 0
+                raise invalid(
+                    f"{_log(request)}input byte size mismatch for input '{input_name}' for model '{name}'. "
+                    f"Expected {expected}, got 0"
+                )
             if batch_size > self.max_batch_size:
                 raise invalid(
                     f"{_log(request)}inference request batch-size must be <= {self.max_batch_size} for '{name}'"
                 )
         request.batch_size = batch_size
-        for input_name, array in inputs.items():
+        for input_name, array in order:
             spec = specs.get(input_name)
             if spec is None:
                 raise invalid(f"unexpected inference input '{input_name}' for model '{name}'")
@@ -104,6 +130,42 @@ class Signature:
             if spec.reshape is not None:
                 inputs[input_name] = array.reshape(self._reshaped(spec, shape, batch_size))
 
+    def _deduce_raw_input(self, request: InferRequest) -> None:
+        """Triton's raw-input path: the whole body is the model's only input."""
+        raw = request.raw_input or b""
+        request.raw_input = None
+        if len(self.inputs) != 1:
+            raise invalid(
+                f"{_log(request)}Raw request must only have 1 input (found 1) to be deduced but got "
+                f"{len(self.inputs)} inputs in '{self.model_name}' model configuration"
+            )
+        spec = next(iter(self.inputs.values()))
+        shape = [1] if self.max_batch_size else []
+        if _wildcards(spec.dims) > 1:
+            raise invalid(
+                f"{_log(request)}The shape of the raw input '{spec.name}' can not be deduced because there are more "
+                "than one variable-sized dimension"
+            )
+        if spec.datatype == "BYTES":
+            if _wildcards(spec.dims) or _product(spec.dims) != 1:
+                raise invalid(
+                    f"{_log(request)}For BYTE datatype raw input '{spec.name}', the model must have input shape [1]"
+                )
+            array = np.empty(1, dtype=np.object_)
+            array[0] = raw
+            request.inputs = {spec.name: array.reshape(shape + list(spec.dims))}
+            return
+        dtype = WIRE_TO_NUMPY[spec.datatype]
+        fixed = _product(spec.dims) * dtype.itemsize
+        dims = [len(raw) // fixed if d == WILDCARD and fixed else d for d in spec.dims]
+        expected = _product(shape + dims) * dtype.itemsize
+        if len(raw) != expected:
+            raise invalid(
+                f"{_log(request)}input byte size mismatch for input '{spec.name}' for model '{self.model_name}'. "
+                f"Expected {expected}, got {len(raw)}"
+            )
+        request.inputs = {spec.name: np.frombuffer(raw, dtype=dtype).reshape(shape + dims)}
+
     @staticmethod
     def _reshaped(spec: TensorSpec, shape: tuple[int, ...], batch_size: int) -> tuple[int, ...]:
         variable = [s for c, s in zip(spec.dims, shape) if c == WILDCARD]
@@ -114,8 +176,9 @@ class Signature:
 
     def _count_message(self, request: InferRequest) -> str:
         missing = [n for n, s in self.inputs.items() if not s.optional and n not in request.inputs]
-        got = "[" + ",".join(f"'{n}'" for n in request.inputs) + "]"
-        missing_str = "[" + ",".join(f"'{n}'" for n in missing) + "]"
+        got = "[" + ",".join(f"'{n}'" for n in reversed(request.inputs)) + "]"
+        # Triton trims the trailing comma even when there is none, eating the '[' of an empty list.
+        missing_str = "[" + ",".join(f"'{n}'" for n in missing) + "]" if missing else "]"
         if len(self.inputs) == self.required_count:
             head = f"expected {len(self.inputs)} inputs"
         else:
@@ -151,4 +214,5 @@ class Signature:
         requested = request.requested_outputs
         if not requested:
             return outputs
-        return {n: outputs[n] for n in requested if n in outputs}
+        # The model's order, not the request's, as Triton answers.
+        return {n: a for n, a in outputs.items() if n in requested}

@@ -71,7 +71,15 @@ def serialize_bytes(array: np.ndarray) -> bytes:
 
 
 class BytesFormatError(ValueError):
-    """The buffer does not hold whole length-prefixed elements."""
+    """The buffer does not hold whole length-prefixed elements; ``detail`` reads after "for inference input X"."""
+
+    def __init__(self, kind: str, detail: str) -> None:
+        super().__init__(f"{kind} {detail}")
+        self.kind = kind
+        self.detail = detail
+
+    def for_input(self, name: str) -> str:
+        return f"{self.kind} for inference input '{name}', {self.detail}"
 
 
 def deserialize_bytes(buffer: bytes | memoryview, count: int | None = None) -> np.ndarray:
@@ -87,18 +95,21 @@ def deserialize_bytes(buffer: bytes | memoryview, count: int | None = None) -> n
     while offset < size:
         if offset + 4 > size:
             raise BytesFormatError(
-                f"incomplete string length indicator, expecting 4 bytes but only {size - offset} bytes available"
+                "incomplete string length indicator",
+                f"expecting 4 bytes but only {size - offset} bytes available. Please make sure the string length "
+                "indicator is in one chunk.",
             )
         (length,) = unpack(view, offset)
         offset += 4
         if offset + length > size:
             raise BytesFormatError(
-                f"incomplete string data, expecting {length} bytes but only {size - offset} bytes available"
+                "incomplete string data",
+                f"expecting string of length {length} but only {size - offset} bytes available",
             )
         items.append(bytes(view[offset : offset + length]))
         offset += length
     if count is not None and len(items) != count:
-        raise BytesFormatError(f"expected {count} string elements, got {len(items)}")
+        raise BytesFormatError("unexpected number of string elements", f"expected {count}, got {len(items)}")
     out = np.empty(len(items), dtype=np.object_)
     out[:] = items
     return out

@@ -27,6 +27,7 @@ class InferRequest:
         "timeout_us",
         "batch_size",
         "arrival_ns",
+        "raw_input",
     )
 
     def __init__(
@@ -51,6 +52,9 @@ class InferRequest:
         self.timeout_us = 0
         self.batch_size = 0  # set by the signature: 0 for models without a batch dimension
         self.arrival_ns = 0
+        # A body sent without a JSON header (Inference-Header-Content-Length: 0): the model's only input,
+        # whose name, datatype and shape the signature deduces, as Triton's raw-input path does.
+        self.raw_input: bytes | None = None
 
 
 class InferResponse:

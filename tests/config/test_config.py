@@ -26,7 +26,7 @@ def test_int64_fields_render_as_numbers() -> None:
     assert value["input"][0]["dims"] == [-1, 3]
     assert value["dynamic_batching"]["max_queue_delay_microseconds"] == 100
     assert value["dynamic_batching"]["preferred_batch_size"] == [2, 4]
-    assert value["instance_group"][0]["name"] == "m_0" and value["instance_group"][0]["count"] == 1
+    assert value["instance_group"][0]["name"] == "m" and value["instance_group"][0]["count"] == 1
     assert list(value)[:4] == ["name", "platform", "backend", "runtime"]
 
 

@@ -7,13 +7,14 @@ A request body is a JSON header, optionally followed by raw tensor bytes when th
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 import numpy as np
 import orjson
 
 from naiad.core.datatypes import WIRE_TO_NUMPY, BytesFormatError, deserialize_bytes, element_count, serialize_bytes
-from naiad.core.errors import invalid
+from naiad.core.errors import internal, invalid
 from naiad.core.request import InferRequest, InferResponse
 
 # Request parameters that steer the server rather than reach the model.
@@ -37,65 +38,120 @@ class OutputOptions:
 def decode_request(
     body: bytes | bytearray, header_length: int | None, model_name: str, model_version: str
 ) -> tuple[InferRequest, OutputOptions]:
+    """``header_length`` None: the body is all JSON; 0: the body is one raw input with no JSON at all."""
+    request = InferRequest(model_name, model_version)
+    options = OutputOptions()
     if header_length is None:
         header, tail = body, b""
     else:
-        if header_length > len(body):
-            raise invalid(
-                f"Inference-Header-Content-Length {header_length} is larger than the request body of {len(body)} bytes"
-            )
+        if header_length < 0 or header_length > len(body):
+            raise invalid(f"inference header size should be in range (0, {len(body)}), got: {header_length}")
+        if header_length == 0:
+            request.raw_input = bytes(body)
+            return request, options
         view = memoryview(body)
         header, tail = view[:header_length], view[header_length:]
-    try:
-        doc = orjson.loads(header)
-    except orjson.JSONDecodeError as exc:
-        raise invalid(f"failed to parse the request JSON buffer: {exc}") from None
+    if not header:
+        request.raw_input = b""
+        return request, options
+    doc = _parse_json(header)
     if not isinstance(doc, dict):
-        raise invalid("failed to parse the request JSON buffer: the request must be a JSON object")
+        raise internal("Unable to parse 'inputs': attempt to access non-existing object member 'inputs'")
 
-    request = InferRequest(model_name, model_version)
     request_id = doc.get("id")
     if request_id is not None:
-        request.id = str(request_id)
-    options = OutputOptions()
-    parameters = doc.get("parameters")
-    if parameters:
-        _apply_parameters(request, options, parameters)
+        if not isinstance(request_id, str):
+            raise internal("Unable to parse 'id': attempt to access JSON non-string as string")
+        request.id = request_id
+    if "parameters" in doc:
+        _apply_parameters(request, options, doc["parameters"])
 
-    inputs = doc.get("inputs")
-    if not isinstance(inputs, list):
-        raise invalid("Unable to parse 'inputs': attempt to access non-existent or non-array member")
+    inputs = _member(doc, "inputs", list, "array")
+    # First every input takes its share of the binary tail (Triton reports short bodies before
+    # anything else), then the shares are checked against the declared shapes.
+    pending: list[tuple[str, str, np.dtype, list[int], Any]] = []
     offset = 0
     for item in inputs:
-        name, array, used = _decode_input(item, tail, offset, request, model_name)
+        name, datatype, dtype, shape, source, used = _parse_input(item, tail, offset, model_name)
         offset += used
+        pending.append((name, datatype, dtype, shape, source))
+    if offset != len(tail):
+        raise invalid(f"unexpected additional input data for model '{model_name}'")
+    for name, datatype, dtype, shape, source in pending:
+        count = element_count(shape)
+        if isinstance(source, _Binary):
+            array = _from_binary(name, source.chunk, dtype, shape, count, request, model_name)
+        else:
+            array = _from_json(source, datatype, dtype, shape, count)
         if name in request.inputs:
             raise invalid(f"{_log(request)}input '{name}' already exists in request")
         request.inputs[name] = array
-    if offset != len(tail):
-        raise invalid(
-            f"{_log(request)}unexpected {len(tail) - offset} bytes of binary data after the last input "
-            f"(binary_data_size of the inputs add up to {offset} bytes)"
-        )
 
-    outputs = doc.get("outputs")
-    if outputs:
-        if not isinstance(outputs, list):
-            raise invalid("Unable to parse 'outputs': expected an array")
+    if "outputs" in doc:
+        outputs = _member(doc, "outputs", list, "array")
         requested = []
         for item in outputs:
-            if not isinstance(item, dict) or not isinstance(item.get("name"), str):
-                raise invalid("Unable to parse 'name': attempt to access non-existent or non-string member")
-            out_name = item["name"]
+            out_name = _member(item, "name", str, "string")
             requested.append(out_name)
-            out_params = item.get("parameters")
+            out_params = item.get("parameters") or {}
+            # A listed output is binary only if it says so; binary_data_output covers unlisted requests.
+            options.binary[out_name] = _boolean(out_params.get("binary_data", False), "binary_data")
             if out_params:
-                if "binary_data" in out_params:
-                    options.binary[out_name] = bool(out_params["binary_data"])
-                if out_params.get("classification"):
-                    options.classification[out_name] = int(out_params["classification"])
-        request.requested_outputs = requested
+                if "classification" in out_params:
+                    k = out_params["classification"]
+                    if type(k) is not int or k < 0:
+                        raise internal("Unable to set 'classification': attempt to access JSON "
+                                       "non-unsigned-integer as unsigned-integer")
+                    if k:
+                        options.classification[out_name] = k
+        if requested:
+            request.requested_outputs = requested
     return request, options
+
+
+def _parse_json(header: bytes | bytearray | memoryview) -> Any:
+    try:
+        return orjson.loads(header)
+    except orjson.JSONDecodeError as exc:
+        error = exc
+    # Triton's parser reads the header as a C string: a NUL (binary data the header length reached
+    # into) ends the document.
+    nul = bytes(header).find(b"\0")
+    if nul > 0:
+        try:
+            return orjson.loads(bytes(header)[:nul])
+        except orjson.JSONDecodeError:
+            pass
+    if "UTF-8" in str(error):
+        raise invalid(f"failed to parse the request JSON buffer: {error}") from None
+    raise internal(f"failed to parse the request JSON buffer: {error}") from None
+
+
+class _Binary:
+    __slots__ = ("chunk",)
+
+    def __init__(self, chunk: bytes | memoryview) -> None:
+        self.chunk = chunk
+
+
+_ONE_SOURCE = ("Input must set only one of the following fields: 'data', 'binary_data_size' in 'parameters', "
+               "'shared_memory_region' in 'parameters'. ")
+
+
+def _member(doc: Any, key: str, kind: type, kind_name: str) -> Any:
+    """``doc[key]`` of the given JSON kind, or Triton's rapidjson-worded error (INTERNAL, as Triton answers)."""
+    if not isinstance(doc, dict) or key not in doc:
+        raise internal(f"Unable to parse '{key}': attempt to access non-existing object member '{key}'")
+    value = doc[key]
+    if not isinstance(value, kind):
+        raise internal(f"Unable to parse '{key}': attempt to access JSON non-{kind_name} as {kind_name}")
+    return value
+
+
+def _boolean(value: Any, key: str) -> bool:
+    if type(value) is not bool:
+        raise internal(f"Unable to parse '{key}': attempt to access JSON non-boolean as boolean")
+    return value
 
 
 def _log(request: InferRequest) -> str:
@@ -104,9 +160,9 @@ def _log(request: InferRequest) -> str:
 
 def _apply_parameters(request: InferRequest, options: OutputOptions, parameters: Any) -> None:
     if not isinstance(parameters, dict):
-        raise invalid("Unable to parse 'parameters': expected an object")
+        raise internal("failed to get request params.: attempt to get members for non-object")
     if "binary_data_output" in parameters:
-        options.binary_default = bool(parameters["binary_data_output"])
+        options.binary_default = _boolean(parameters["binary_data_output"], "binary_data_output")
     if "sequence_id" in parameters:
         request.correlation_id = parameters["sequence_id"]
     if parameters.get("sequence_start"):
@@ -120,44 +176,44 @@ def _apply_parameters(request: InferRequest, options: OutputOptions, parameters:
     request.parameters = {k: v for k, v in parameters.items() if k not in _RESERVED_PARAMETERS}
 
 
-def _decode_input(
-    item: Any, tail: bytes | memoryview, offset: int, request: InferRequest, model_name: str
-) -> tuple[str, np.ndarray, int]:
+def _parse_input(item: Any, tail: bytes | memoryview, offset: int, model_name: str
+                 ) -> tuple[str, str, np.dtype, list[int], Any, int]:
     if not isinstance(item, dict):
-        raise invalid("Unable to parse 'inputs': each input must be a JSON object")
-    name = item.get("name")
-    if not isinstance(name, str):
-        raise invalid("Unable to parse 'name': attempt to access non-existent or non-string member")
-    datatype = item.get("datatype")
-    if not isinstance(datatype, str):
-        raise invalid(f"Unable to parse 'datatype' of input '{name}': attempt to access non-existent member")
+        raise invalid(_ONE_SOURCE + "But no field is set")
+    name = _member(item, "name", str, "string")
+    datatype = _member(item, "datatype", str, "string")
+    shape = _member(item, "shape", list, "array")
+    for dim in shape:
+        if type(dim) is not int or dim < 0:
+            raise internal("Unable to parse 'shape': attempt to access JSON non-unsigned-integer as unsigned-integer")
     dtype = WIRE_TO_NUMPY.get(datatype)
     if dtype is None:
-        raise invalid(f"invalid datatype '{datatype}' of input '{name}'")
-    shape = item.get("shape")
-    if not isinstance(shape, list) or not all(type(d) is int for d in shape):
-        raise invalid(f"Unable to parse 'shape' of input '{name}': expected an array of integers")
-    if any(d < 0 for d in shape):
-        raise invalid(f"{_log(request)}input '{name}' has a negative dimension in shape {shape}")
-    count = element_count(shape)
+        raise invalid(f"invalid datatype for input {name}")
     params = item.get("parameters")
+    sources = []
+    if "data" in item:
+        sources.append("'data'")
     if params and "binary_data_size" in params:
-        size = params["binary_data_size"]
-        if type(size) is not int or size < 0:
-            raise invalid(f"Unable to parse 'binary_data_size' of input '{name}'")
-        if offset + size > len(tail):
-            raise invalid(
-                f"{_log(request)}unexpected end of binary data for input '{name}': binary_data_size {size} at offset "
-                f"{offset} needs {offset + size} bytes, got {len(tail)}"
-            )
-        chunk = tail[offset : offset + size]
-        return name, _from_binary(name, chunk, dtype, shape, count, request, model_name), size
+        sources.append("'binary_data_size'")
     if params and "shared_memory_region" in params:
-        region = params["shared_memory_region"]
-        raise invalid(f"Unable to find system shared memory region: '{region}'")
-    if "data" not in item:
-        raise invalid(f"{_log(request)}input '{name}' has no data: expected 'data' or 'binary_data_size'")
-    return name, _from_json(name, item["data"], datatype, dtype, shape, count), 0
+        sources.append("'shared_memory_region'")
+    if len(sources) != 1:
+        raise invalid(_ONE_SOURCE + ("But set " + " ".join(sources) if sources else "But no field is set"))
+    if "data" in item:
+        if datatype == "FP16":
+            raise invalid(f"receiving FP16 data via JSON is not supported. Please use the binary data format for "
+                          f"input {name}")
+        return name, datatype, dtype, shape, item["data"], 0
+    if "shared_memory_region" in params:
+        raise invalid(f"Unable to find system shared memory region: '{params['shared_memory_region']}'")
+    size = params["binary_data_size"]
+    if type(size) is not int or size < 0:
+        raise internal("Unable to parse 'binary_data_size': attempt to access JSON non-unsigned-integer as "
+                       "unsigned-integer")
+    if offset + size > len(tail):
+        raise invalid(f"unexpected size for input '{name}', expecting {offset + size - len(tail)} additional bytes "
+                      f"for model '{model_name}'")
+    return name, datatype, dtype, shape, _Binary(tail[offset : offset + size]), size
 
 
 def _from_binary(name: str, chunk: memoryview | bytes, dtype: np.dtype, shape: list[int], count: int,
@@ -166,8 +222,13 @@ def _from_binary(name: str, chunk: memoryview | bytes, dtype: np.dtype, shape: l
         try:
             array = deserialize_bytes(chunk)
         except BytesFormatError as exc:
-            raise invalid(f"{_log(request)}{exc} for inference input '{name}' for model '{model_name}'") from None
-        if array.size != count:
+            raise invalid(exc.for_input(name)) from None
+        if array.size > count:
+            raise invalid(
+                f"{_log(request)}unexpected number of string elements {array.size} for inference input '{name}' "
+                f"for model '{model_name}', expecting {count}"
+            )
+        if array.size < count:
             raise invalid(
                 f"{_log(request)}expected {count} string elements for inference input '{name}' for model "
                 f"'{model_name}', got {array.size}"
@@ -196,39 +257,45 @@ def _flatten(data: list) -> list:
     return flat
 
 
-def _from_json(name: str, data: Any, datatype: str, dtype: np.dtype, shape: list[int], count: int) -> np.ndarray:
+# What numpy infers from the JSON values, per target kind: floats take numbers, integers take
+# integers (wrapping like a C cast, as Triton does), booleans take booleans.
+_ACCEPTED_KINDS = {"f": "iuf", "i": "iu", "u": "iu", "b": "b"}
+_KIND_ERRORS = {
+    "f": "Unable to parse 'data': attempt to access JSON non-number as double",
+    "i": "Unable to parse 'data': attempt to access JSON non-signed-integer as signed-integer",
+    "u": "Unable to parse 'data': attempt to access JSON non-unsigned-integer as unsigned-integer",
+    "b": "Unable to parse 'data': attempt to access JSON non-boolean as boolean",
+}
+_SHAPE_MISMATCH = "Unable to parse 'data': Shape does not match true shape of 'data' field"
+
+
+def _from_json(data: Any, datatype: str, dtype: np.dtype, shape: list[int], count: int) -> np.ndarray:
     if not isinstance(data, list):
-        data = [data]
+        raise internal("Unable to parse 'data': attempt to access JSON non-array as array")
     if dtype is _OBJECT:
         flat = _flatten(data)
         if len(flat) != count:
-            raise invalid(
-                f"Unable to parse 'data': Shape does not match true shape of 'data' field for input '{name}': "
-                f"expected {count} elements, got {len(flat)}"
-            )
+            raise internal(_SHAPE_MISMATCH)
         array = np.empty(count, dtype=np.object_)
         for i, value in enumerate(flat):
-            if isinstance(value, str):
-                array[i] = value.encode("utf-8")
-            else:
-                raise invalid(f"Unable to parse 'data': expected a string for BYTES input '{name}', got {value!r}")
+            if not isinstance(value, str):
+                raise internal("Unable to parse JSON bytes array: attempt to access JSON non-string as string")
+            array[i] = value.encode("utf-8")
         return array.reshape(shape)
     try:
-        array = np.array(data, dtype=dtype)
-    except (ValueError, TypeError, OverflowError) as exc:
-        raise invalid(f"Unable to parse 'data' of input '{name}' as {datatype}: {exc}") from None
-    if array.ndim != 1:
-        if array.dtype == _OBJECT:
-            raise invalid(f"Unable to parse 'data' of input '{name}': ragged nested arrays")
-        array = array.ravel()
-    if array.size != count:
-        raise invalid(
-            f"Unable to parse 'data': Shape does not match true shape of 'data' field for input '{name}': "
-            f"expected {count} elements, got {array.size}"
-        )
-    if datatype == "BOOL" and not all(type(v) is bool for v in _flatten(data)):
-        raise invalid(f"Unable to parse 'data' of input '{name}': expected true or false for BOOL")
-    return array.reshape(shape)
+        inferred = np.array(data)
+    except ValueError:  # ragged nesting: Triton walks it flat
+        inferred = np.array(_flatten(data))
+    kind = dtype.kind
+    if inferred.size and inferred.dtype.kind not in _ACCEPTED_KINDS[kind]:
+        raise internal(_KIND_ERRORS[kind])
+    if kind != "b" and inferred.dtype.kind != "b" and any(type(v) is bool for v in _flatten(data)):
+        raise internal(_KIND_ERRORS[kind])  # NumPy would quietly read true as 1
+    if kind == "u" and inferred.size and inferred.dtype.kind == "i" and inferred.min() < 0:
+        raise internal(_KIND_ERRORS["u"])
+    if inferred.size != count:
+        raise internal(_SHAPE_MISMATCH)
+    return inferred.astype(dtype, copy=False).reshape(shape)
 
 
 def encode_response(response: InferResponse, options: OutputOptions, labels: dict[str, list[str]] | None = None
@@ -243,6 +310,7 @@ def encode_response(response: InferResponse, options: OutputOptions, labels: dic
     chunks: list[bytes | memoryview] = []
     binary_default = options.binary_default
     per_output = options.binary
+    nonfinite = False
     for name, array in response.outputs.items():
         k = options.classification.get(name)
         if k:
@@ -257,12 +325,30 @@ def encode_response(response: InferResponse, options: OutputOptions, labels: dic
             entry["data"] = [_to_str(v) for v in array.ravel()]
         elif datatype == "FP16":
             entry["data"] = array.astype(np.float32).ravel()
+            nonfinite = nonfinite or not np.isfinite(entry["data"]).all()
         else:
             entry["data"] = _contiguous_array(array)
+            if array.dtype.kind == "f":
+                nonfinite = nonfinite or not np.isfinite(entry["data"]).all()
         outputs.append(entry)
     doc["outputs"] = outputs
-    header = orjson.dumps(doc, option=orjson.OPT_SERIALIZE_NUMPY)
+    try:
+        header = orjson.dumps(doc, option=orjson.OPT_SERIALIZE_NUMPY)
+    except orjson.JSONEncodeError:
+        header = _dumps_fallback(doc)
+    if nonfinite:
+        header = _dumps_fallback(doc)
     return header, chunks, (len(header) if chunks else None)
+
+
+def _dumps_fallback(doc: dict[str, Any]) -> bytes:
+    """The rare slow path: NaN and infinities as Triton writes them (``NaN``, ``Infinity``), which orjson can't."""
+    def plain(value: Any) -> Any:
+        if isinstance(value, np.ndarray):
+            return value.tolist()
+        raise TypeError(f"cannot serialize {type(value).__name__}")
+
+    return json.dumps(doc, default=plain, separators=(",", ":"), allow_nan=True).encode()
 
 
 _WIRE_BY_DTYPE = {d: w for w, d in WIRE_TO_NUMPY.items()}

@@ -13,6 +13,7 @@ import orjson
 from naiad.core.errors import InferError, invalid, unavailable
 from naiad.core.request import InferResponse
 from naiad.frontends.http.codec import OutputOptions, decode_request, encode_response
+from naiad.frontends.http.compression import compress, decompress
 from naiad.service import Service
 
 JSON = b"application/json"
@@ -61,8 +62,8 @@ class Router:
                ) -> Reply | Deferred:
         if "%" in path:
             path = unquote(path)
-        parts = path.strip("/").split("/")
-        if not parts or parts[0] != "v2":
+        parts = path.split("/")[1:]  # a trailing slash leaves an empty part, which no route has
+        if not parts or parts[0] != "v2" or "" in parts:
             return _not_found()
         n = len(parts)
         if parts[1:2] == ["models"] and n >= 3:
@@ -72,7 +73,9 @@ class Router:
             version = ""
             rest = parts[3:]
             if len(rest) >= 2 and rest[0] == "versions":
-                version = rest[1]
+                if not rest[1].isdigit():
+                    return _not_found()
+                version = str(int(rest[1]))
                 rest = rest[2:]
             if not rest:
                 return self._get(method, lambda: json_reply(self.service.model_metadata(name, version)))
@@ -83,7 +86,7 @@ class Router:
                         return _method_not_allowed()
                     return self._infer(name, version, headers, body)
                 if action == "ready":
-                    return self._get(method, lambda: Reply(200 if self.service.model_ready(name, version) else 400))
+                    return self._get(method, lambda: _model_ready(self.service.model_ready(name, version)))
                 if action == "config":
                     return self._get(method, lambda: json_reply(self.service.model_config(name, version)))
                 if action == "stats":
@@ -107,19 +110,22 @@ class Router:
         return produce()
 
     def _infer(self, name: str, version: str, headers: dict[bytes, bytes], body: bytes | bytearray) -> Reply | Deferred:
+        encoding = headers.get(b"content-encoding")
+        if encoding is not None:
+            body = decompress(body, encoding)
         header_length = headers.get(b"inference-header-content-length")
         length: int | None = None
         if header_length is not None:
             try:
                 length = int(header_length)
             except ValueError:
-                raise invalid(f"Inference-Header-Content-Length is not a number: {header_length.decode(errors='replace')}"
-                              ) from None
+                length = 0  # Triton reads an unparsable length as 0: a raw-input request
         request, options = decode_request(body, length, name, version)
         future = self.service.infer(request)
-        return Deferred(future, lambda f: self._infer_reply(f.result(), options))
+        accept = headers.get(b"accept-encoding")
+        return Deferred(future, lambda f: self._infer_reply(f.result(), options, accept))
 
-    def _infer_reply(self, response: InferResponse, options: OutputOptions) -> Reply:
+    def _infer_reply(self, response: InferResponse, options: OutputOptions, accept: bytes | None) -> Reply:
         if response.error is not None:
             return error_reply(response.error)
         labels = None
@@ -127,12 +133,16 @@ class Router:
             labels = self.service.repository.get(response.model_name, response.model_version).labels
         header, chunks, header_length = encode_response(response, options, labels)
         if header_length is None:
-            return Reply(200, header)
-        return Reply(200, [header, *chunks], OCTET,
-                     [(b"Inference-Header-Content-Length", str(header_length).encode())])
+            reply = Reply(200, header)
+        else:
+            reply = Reply(200, [header, *chunks], OCTET,
+                          [(b"Inference-Header-Content-Length", str(header_length).encode())])
+        return compress(reply, accept) if accept else reply
 
     def _repository(self, method: bytes, rest: list[str], body: bytes | bytearray) -> Reply:
-        if rest == ["index"] and method == b"POST":
+        if rest == ["index"] and method != b"POST":
+            return _method_not_allowed()
+        if rest == ["index"]:
             ready_only = False
             if body:
                 try:
@@ -145,6 +155,10 @@ class Router:
             # Model control arrives with the explicit control mode; in 'none' mode Triton refuses both.
             return error_reply(unavailable("explicit model load / unload is not allowed if polling is enabled"))
         return _not_found()
+
+
+def _model_ready(ready: bool) -> Reply:
+    return Reply(200) if ready else Reply(400, orjson.dumps({"error": "Model version not ready"}))
 
 
 def _not_found() -> Reply:
