@@ -47,6 +47,7 @@ class Server:
     http_port: int
     cwd: Path
     env: dict[str, str] = field(default_factory=dict)
+    stop_timeout: float = 10.0  # grace period after SIGTERM before SIGKILL of the process group
 
 
 @dataclass
@@ -125,25 +126,39 @@ def start(server: Server, cpu: int, log_path: Path) -> subprocess.Popen:
                             stdin=subprocess.DEVNULL, start_new_session=True)
 
 
-def stop(proc: subprocess.Popen, timeout: float = 15.0) -> None:
-    """SIGTERM the whole process group, escalate to SIGKILL if it lingers."""
-    if proc.poll() is not None:
-        return
-    for sig in (signal.SIGTERM, signal.SIGKILL):
-        try:
-            os.killpg(proc.pid, sig)
-        except ProcessLookupError:
-            return
+def group_alive(pgid: int) -> bool:
+    try:
+        os.killpg(pgid, 0)
+        return True
+    except ProcessLookupError:
+        return False
+
+
+def stop(proc: subprocess.Popen, timeout: float = 10.0) -> None:
+    """Graceful first, so servers clean up their shared memory / semaphores; SIGKILL only as a last resort.
+
+    Signals go to the leader so it shuts its own workers down. The follow-up SIGINT is what makes uvicorn
+    (MLServer) force-quit when it hangs in "Waiting for background tasks to complete" after a loaded run;
+    uvicorn only force-exits on SIGINT once shutdown has begun.
+    """
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        if proc.poll() is not None:
+            break
+        proc.send_signal(sig)
         try:
             proc.wait(timeout=timeout)
-            break
         except subprocess.TimeoutExpired:
-            continue
-    # The leader may be gone while stubs still shut down; make sure the group is empty.
+            pass
+    # Give children (Triton python stubs, MLServer's worker and multiprocessing resource tracker) a moment
+    # to finish their own cleanup, then make sure nothing of the group outlives the run.
+    deadline = time.monotonic() + 2.0
+    while group_alive(proc.pid) and time.monotonic() < deadline:
+        time.sleep(0.1)
     try:
         os.killpg(proc.pid, signal.SIGKILL)
     except ProcessLookupError:
         pass
+    proc.wait()
 
 
 def http(method: str, url: str, body: bytes | None = None, timeout: float = 5.0) -> tuple[int, bytes]:
@@ -237,7 +252,7 @@ def bench_server(server: Server, args: argparse.Namespace, body: bytes, workdir:
         raise
     finally:
         t0 = time.monotonic()
-        stop(proc)
+        stop(proc, server.stop_timeout)
         log(f"[{server.name}] stopped in {time.monotonic() - t0:.1f}s")
 
 
@@ -256,7 +271,8 @@ def triton_server(args: argparse.Namespace, workdir: Path) -> Server:
     http_port, grpc_port, metrics_port = free_port(), free_port(), free_port()
     argv = [str(PEERS_DIR / "triton.sh"), "run", str(args.repo), str(http_port), str(grpc_port), str(metrics_port)]
     # Neutral cwd: the project root has its own triton_python_backend_utils.py, which the stub would import.
-    return Server("triton", argv, http_port, workdir)
+    # Generous stop grace: a SIGKILLed Triton leaves its python-backend shared memory in /dev/shm.
+    return Server("triton", argv, http_port, workdir, stop_timeout=20.0)
 
 
 def mlserver_server(args: argparse.Namespace, workdir: Path) -> Server:
@@ -272,7 +288,10 @@ def mlserver_server(args: argparse.Namespace, workdir: Path) -> Server:
         # parallel_workers=1 (the default) runs inference in one worker process, like Triton's stub.
     }
     (root / "settings.json").write_text(json.dumps(settings, indent=2))
-    return Server("mlserver", [str(PEERS_DIR / "mlserver.sh"), "run", str(root)], http_port, workdir)
+    # Short grace per signal: after a loaded run uvicorn waits for background tasks indefinitely,
+    # and the follow-up SIGINT is what makes it quit (see stop()).
+    return Server("mlserver", [str(PEERS_DIR / "mlserver.sh"), "run", str(root)], http_port, workdir,
+                  stop_timeout=3.0)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -289,7 +308,8 @@ def add_ratios(results: list[Result]) -> None:
 def table(results: list[Result]) -> str:
     head = f"{'server':<10} {'conns':>5} {'req/s':>10} {'p50 ms':>8} {'p99 ms':>8} {'errors':>6} {'vs triton':>9}"
     lines = [head, "-" * len(head)]
-    for r in sorted(results, key=lambda r: (r.connections, r.server != "naiad", r.server)):
+    order = ["naiad", *KNOWN_PEERS]  # naiad first, then the reference it is compared against
+    for r in sorted(results, key=lambda r: (r.connections, order.index(r.server))):
         ratio = f"{r.ratio_vs_triton:.2f}x" if r.ratio_vs_triton is not None else "-"
         lines.append(f"{r.server:<10} {r.connections:>5} {r.rps:>10.1f} {r.p50_ms:>8.2f} {r.p99_ms:>8.2f}"
                      f" {r.errors:>6} {ratio:>9}")
