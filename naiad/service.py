@@ -13,6 +13,7 @@ import naiad
 from naiad.core.errors import invalid, unavailable
 from naiad.core.request import InferRequest, InferResponse
 from naiad.repository.manager import ModelRepository
+from naiad.repository.model import ModelVersion
 
 EXTENSIONS = [
     "classification",
@@ -40,11 +41,16 @@ class Service:
 
     # --- inference ----------------------------------------------------------------------------------------------
 
-    def infer(self, request: InferRequest) -> "asyncio.Future[InferResponse]":
+    def model(self, name: str, version: str = "") -> ModelVersion:
+        """The model version that would serve a request; front ends resolve it before decoding, as Triton does."""
+        return self.repository.get(name, version)
+
+    def infer(self, request: InferRequest, model: ModelVersion | None = None) -> "asyncio.Future[InferResponse]":
         """Queue a request. Raises ``InferError`` for a request that can't be queued."""
         if not self.accepting:
             raise unavailable("Server is not ready to accept requests (shutting down)")
-        model = self.repository.get(request.model_name, request.model_version)
+        if model is None:
+            model = self.repository.get(request.model_name, request.model_version)
         future = model.submit(request)
         self.in_flight += 1
         future.add_done_callback(self._finished)

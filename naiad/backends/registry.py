@@ -13,13 +13,15 @@ _BACKENDS: dict[str, str] = {
 _loaded: dict[str, Backend] = {}
 
 
-def get_backend(name: str, model_name: str) -> Backend:
+def get_backend(name: str) -> Backend:
     backend = _loaded.get(name)
     if backend is not None:
         return backend
     target = _BACKENDS.get(name)
     if target is None:
-        raise invalid(f"unable to find backend '{name}' for model '{model_name}'")
+        raise invalid(
+            f"unable to find backend library for backend '{name}', try specifying runtime on the model configuration."
+        )
     module_name, _, attr = target.partition(":")
     backend = _loaded[name] = getattr(importlib.import_module(module_name), attr)()
     return backend

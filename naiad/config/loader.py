@@ -25,7 +25,7 @@ def parse_config_text(text: str, source: str = "config.pbtxt") -> ModelConfig:
     try:
         text_format.Parse(text, config)
     except text_format.ParseError as exc:
-        raise invalid(f"failed to parse {source}: {exc}") from None
+        raise invalid(f"failed to read text proto from {source}: {exc}") from None
     return config
 
 

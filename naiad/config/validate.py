@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from naiad.config import ModelConfig, pb
 from naiad.config.normalize import DEFAULT_FILENAMES
-from naiad.core.errors import invalid
+from naiad.core.errors import InferError, invalid
 
 KNOWN_BACKENDS = set(DEFAULT_FILENAMES) | {"ensemble"}
 KNOWN_PLATFORMS = {
@@ -21,12 +21,15 @@ WILDCARD = -1
 def validate(config: ModelConfig, folder_name: str) -> None:
     if config.name != folder_name:
         raise invalid(
-            f"unexpected 'name' in model configuration, expecting '{folder_name}', got '{config.name}'"
+            f"unexpected directory name '{folder_name}' for model '{config.name}', directory name must equal model name"
         )
     if not config.platform and not config.backend:
         raise invalid(f"must specify 'platform' or 'backend' for '{config.name}'")
     if config.backend and config.backend not in KNOWN_BACKENDS:
-        raise invalid(f"unable to find backend '{config.backend}' for model '{config.name}'")
+        raise invalid(
+            f"unable to find backend library for backend '{config.backend}', try specifying runtime on the model "
+            "configuration."
+        )
     if config.platform and config.platform not in KNOWN_PLATFORMS:
         raise invalid(f"unexpected platform type '{config.platform}' for {config.name}")
     if config.max_batch_size < 0:
@@ -46,6 +49,14 @@ def validate(config: ModelConfig, folder_name: str) -> None:
 
 
 def _validate_io(io: pb.ModelInput | pb.ModelOutput, config: ModelConfig, prefix: str) -> None:
+    try:
+        _check_io(io, config, prefix)
+    except InferError as exc:
+        # Triton names the model at the end of every tensor error.
+        raise invalid(f"{exc.message} for {config.name}") from None
+
+
+def _check_io(io: pb.ModelInput | pb.ModelOutput, config: ModelConfig, prefix: str) -> None:
     if not io.name:
         raise invalid(f"{prefix}must specify 'name'")
     named = f"{prefix}'{io.name}' "

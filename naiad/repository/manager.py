@@ -86,7 +86,7 @@ class ModelRepository:
             backend_name = config.backend or config.platform
             if not backend_name:
                 raise invalid(f"must specify 'platform' or 'backend' for '{config.name}'")
-            backend = get_backend(config.backend, name) if config.backend else None
+            backend = get_backend(config.backend) if config.backend else None
             if backend is not None and self.options.auto_complete:
                 config = backend.auto_complete(config, path, list(versions.values()))
             fill_defaults(config, name)

@@ -31,21 +31,21 @@ def test_int64_fields_render_as_numbers() -> None:
 
 
 def test_syntax_error_names_the_file() -> None:
-    with pytest.raises(InferError, match="failed to parse config.pbtxt"):
+    with pytest.raises(InferError, match="failed to read text proto from config.pbtxt"):
         parse_config_text('name: "m" input [ { name: "I" ')
 
 
 @pytest.mark.parametrize(
     ("text", "message"),
     [
-        ('name: "other" backend: "python"', "expecting 'm', got 'other'"),
+        ('name: "other" backend: "python"', "unexpected directory name 'm' for model 'other'"),
         ('name: "m" backend: "python" input [{ name: "I" dims: [1] }]', "model input 'I' must specify 'data_type'"),
         ('name: "m" backend: "python" input [{ name: "I" data_type: TYPE_FP32 dims: [0] }]',
          "model input 'I' dimension must be integer >= 1, or -1"),
         ('name: "m" backend: "python" output [{ name: "O" data_type: TYPE_FP32 dims: [-2] }]',
          "model output 'O' dimension must be integer >= 1"),
         ('name: "m" backend: "python" max_batch_size: -1', "'max_batch_size' must be non-negative value for m"),
-        ('name: "m" backend: "nosuch"', "unable to find backend 'nosuch'"),
+        ('name: "m" backend: "nosuch"', "unable to find backend library for backend 'nosuch'"),
         ('name: "m"', "must specify 'platform' or 'backend' for 'm'"),
         ('name: "m" backend: "python" output [{ name: "O" data_type: TYPE_FP32 }]', "model output 'O' must specify 'dims'"),
         ('name: "m" backend: "python" max_batch_size: 2 dynamic_batching { preferred_batch_size: [4] }',

@@ -124,7 +124,7 @@ class PythonInstance(Instance):
             except InferError:
                 raise
             except Exception as exc:
-                raise invalid(f"Failed to initialize model '{ctx.name}': {type(exc).__name__}: {exc}") from None
+                raise internal(f"{type(exc).__name__}: {exc}") from None
         self._execute = model.execute
 
     def execute(self, requests: list[InferRequest]) -> ExecuteResult:

@@ -14,6 +14,7 @@ from naiad.core.errors import InferError, invalid, unavailable
 from naiad.core.request import InferResponse
 from naiad.frontends.http.codec import OutputOptions, decode_request, encode_response
 from naiad.frontends.http.compression import compress, decompress
+from naiad.repository.model import ModelVersion
 from naiad.service import Service
 
 JSON = b"application/json"
@@ -110,6 +111,7 @@ class Router:
         return produce()
 
     def _infer(self, name: str, version: str, headers: dict[bytes, bytes], body: bytes | bytearray) -> Reply | Deferred:
+        model = self.service.model(name, version)
         encoding = headers.get(b"content-encoding")
         if encoding is not None:
             body = decompress(body, encoding)
@@ -121,16 +123,15 @@ class Router:
             except ValueError:
                 length = 0  # Triton reads an unparsable length as 0: a raw-input request
         request, options = decode_request(body, length, name, version)
-        future = self.service.infer(request)
+        future = self.service.infer(request, model)
         accept = headers.get(b"accept-encoding")
-        return Deferred(future, lambda f: self._infer_reply(f.result(), options, accept))
+        return Deferred(future, lambda f: self._infer_reply(f.result(), options, accept, model))
 
-    def _infer_reply(self, response: InferResponse, options: OutputOptions, accept: bytes | None) -> Reply:
+    def _infer_reply(self, response: InferResponse, options: OutputOptions, accept: bytes | None,
+                     model: ModelVersion) -> Reply:
         if response.error is not None:
             return error_reply(response.error)
-        labels = None
-        if options.classification:
-            labels = self.service.repository.get(response.model_name, response.model_version).labels
+        labels = model.labels if options.classification else None
         header, chunks, header_length = encode_response(response, options, labels)
         if header_length is None:
             reply = Reply(200, header)
