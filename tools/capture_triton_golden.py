@@ -21,11 +21,16 @@ and in addition
     "all_headers"  every response header as [name, value] pairs, in order
     "body_text"    the raw body decoded as UTF-8 (when it decodes), so that
                    exact byte formatting (float digits, key order) is kept
-    "body_json_part" / "body_binary_part_base64"  for binary-tensor responses
-    "request"      what was sent: method, path, headers and the body as
-                   "body_text" (UTF-8) or "body_base64"
+    "body_json_part", "body_json_part_text", "body_binary_part_base64"
+                   for binary-tensor responses (split at
+                   Inference-Header-Content-Length)
+    "request"      what was sent: method, path, the explicit headers (http.client
+                   adds Host, Accept-Encoding: identity and Content-Length) and
+                   the body as "body_text" (UTF-8) or "body_base64"
     "description"  what the case checks
-The script is re-runnable: it deletes nothing but overwrites its own files.
+The script is re-runnable: it rebuilds the per-case folders (good/, alt_config/,
+bad_repo/, bad_repo_nonstrict/) and overwrites its top-level files; a README.md
+in the output folder is left alone.
 """
 
 from __future__ import annotations
@@ -43,10 +48,10 @@ import subprocess
 import sys
 import tempfile
 import time
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterator, Optional, Sequence
-from contextlib import contextmanager
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 GOOD_REPO = REPO_ROOT / "tests" / "golden_models"
@@ -98,10 +103,8 @@ def start_triton(
     log_path: Path,
     extra_flags: Sequence[str] = (),
     env_extra: Optional[dict[str, str]] = None,
-    expect_http: bool = True,
-    timeout_s: float = 180.0,
 ) -> TritonRun:
-    """Start Triton in the background and wait until HTTP is served (or it exits)."""
+    """Start Triton in the background (use wait_started to wait for HTTP)."""
     env = clean_environment()
     env.update(env_extra or {})
     cmd = [
@@ -120,19 +123,20 @@ def start_triton(
         cwd=tempfile.gettempdir(), start_new_session=True,
     )
     log_file.close()
-    run = TritonRun(process, log_path, port_base)
+    return TritonRun(process, log_path, port_base)
+
+
+def wait_started(run: TritonRun, timeout_s: float = 180.0) -> str:
+    """Wait until HTTP is served: returns "started", "exited" or "timeout"."""
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
-        if process.poll() is not None:
-            if expect_http:
-                raise RuntimeError(f"tritonserver exited early, see {log_path}")
-            return run
-        if expect_http and STARTED_MARKER in run.log_text():
+        if run.process.poll() is not None:
+            return "exited"
+        if STARTED_MARKER in run.log_text():
             time.sleep(0.5)
-            return run
+            return "started"
         time.sleep(0.25)
-    stop_triton(run)
-    raise RuntimeError(f"tritonserver did not start in {timeout_s}s, see {log_path}")
+    return "timeout"
 
 
 def stop_triton(run: TritonRun, timeout_s: float = 60.0) -> Optional[int]:
@@ -157,6 +161,10 @@ def triton(
     env_extra: Optional[dict[str, str]] = None,
 ) -> Iterator[TritonRun]:
     run = start_triton(peer, repo, port_base, log_path, extra_flags, env_extra)
+    outcome = wait_started(run)
+    if outcome != "started":
+        stop_triton(run)
+        raise RuntimeError(f"tritonserver {outcome} before serving HTTP, see {log_path}")
     try:
         yield run
     finally:
@@ -368,6 +376,8 @@ GOOD_MODEL_VERSIONS: dict[str, list[str]] = {
     "specific_versions": ["1", "2", "3"],
     "all_versions": ["1", "2"],
     "custom_name": ["1"],
+    "execute_error": ["1"],
+    "minimal_config": ["1"],
 }
 UNAVAILABLE_VERSION = "99"
 
@@ -516,7 +526,7 @@ def capture_infer_success(rec: Recorder) -> None:
                 "Inference-Header-Content-Length: 0 with a JSON body", "POST", url,
                 body=body, headers=binary_headers(0))
     rec.request(f"{d}/add_sub_gzip_request", "Content-Encoding: gzip request body", "POST",
-                url, body=gzip.compress(body), headers={"Content-Encoding": "gzip"})
+                url, body=gzip.compress(body, mtime=0), headers={"Content-Encoding": "gzip"})
     rec.request(f"{d}/add_sub_accept_gzip", "Accept-Encoding: gzip", "POST", url,
                 body=body, headers={"Accept-Encoding": "gzip"})
     rec.request(f"{d}/add_sub_whitespace_json", "JSON with lots of whitespace/newlines",
@@ -564,10 +574,9 @@ def capture_infer_success(rec: Recorder) -> None:
                                   "data": ['say "hi"', "back\\slash", "tab\tnl\n\u0001"]}]})
 
     # Other dtypes
-    rec.request(f"{d}/identity_fp16_json", "FP16 JSON in/out", "POST",
-                "/v2/models/identity_fp16/infer",
-                body={"inputs": [{"name": "INPUT0", "shape": [3], "datatype": "FP16",
-                                  "data": [1.0, 0.1, -65504.0]}]})
+    rec.request(f"{d}/identity_fp16_binary_in_json_out", "FP16 binary in, JSON out",
+                "POST", "/v2/models/identity_fp16/infer",
+                *_binary_one("INPUT0", "FP16", [3], struct.pack("<3e", 1.0, 0.1, -65504.0)))
     rec.request(f"{d}/identity_fp16_binary", "FP16 binary in/out", "POST",
                 "/v2/models/identity_fp16/infer",
                 *_binary_one("INPUT0", "FP16", [3], struct.pack("<3e", 1.0, 0.1, -65504.0),
@@ -598,16 +607,16 @@ def capture_infer_success(rec: Recorder) -> None:
         "INT16": [-32768, 32767],
         "INT32": [-2147483648, 2147483647],
         "INT64": [-9223372036854775808, 9223372036854775807],
-        "FP16": [0.5, -2.0],
         "FP32": [3.4028234663852886e38, 1.1754943508222875e-38],
         "FP64": [1e300, 0.1],
         "BYTES": ["a", "b"],
     }
     all_inputs = [{"name": f"IN_{'STRING' if t == 'BYTES' else t}", "shape": [2],
                    "datatype": t, "data": v} for t, v in dtype_data.items()]
-    rec.request(f"{d}/identity_dtypes_all_json", "all dtypes at extremes, JSON in/out",
+    rec.request(f"{d}/identity_dtypes_all_json",
+                "all dtypes but FP16 (JSON FP16 input is rejected) at extremes, JSON in/out",
                 "POST", durl, body={"inputs": all_inputs})
-    rec.request(f"{d}/identity_dtypes_all_binary_out", "all dtypes, binary_data_output",
+    rec.request(f"{d}/identity_dtypes_all_binary_out", "all dtypes but FP16, binary_data_output",
                 "POST", durl, body={"inputs": all_inputs,
                                     "parameters": {"binary_data_output": True}})
     rec.request(f"{d}/identity_dtypes_one_optional", "only IN_INT32 sent (others optional)",
@@ -627,6 +636,26 @@ def capture_infer_success(rec: Recorder) -> None:
                 "POST", durl,
                 body={"inputs": [{"name": "IN_INT32", "shape": [2], "datatype": "INT32",
                                   "data": [1, 2]}], "outputs": [{"name": "OUT_INT8"}]})
+
+    fp64_values = [0.1, 1 / 3, 2 / 3, 1e-7, 1e-6, 1e-5, 0.0001, 123456789.0, 1e15, 1e16,
+                   1e20, 1e21, 1e22, 1.5e300, -2.5e-300, 9007199254740993.0, 5e-324,
+                   1.7976931348623157e308, 100.0, -0.0, 3.14159265358979]
+    rec.request(f"{d}/float_formatting_fp64", "FP64 JSON output formatting of many magnitudes",
+                "POST", durl, body={"inputs": [{"name": "IN_FP64", "shape": [len(fp64_values)],
+                                                "datatype": "FP64", "data": fp64_values}]})
+    fp32_values = [0.1, 0.2, 0.3, 1 / 3, 1e-7, 1e-6, 1e-5, 1e-4, 16777217.0, 1e7, 1e8, 1e15,
+                   1e16, 1e20, 1e21, 1e22, 1e38, 1.4e-45, 3.4028234663852886e38, 100.0,
+                   2.5, 1234.5678]
+    rec.request(f"{d}/float_formatting_fp32", "FP32 JSON output formatting of many magnitudes",
+                "POST", durl, body={"inputs": [{"name": "IN_FP32", "shape": [len(fp32_values)],
+                                                "datatype": "FP32", "data": fp32_values}]})
+    rec.request(f"{d}/identity_dtypes_scalar_like_shape",
+                "shape [1] INT32 (single element, still an array in JSON)", "POST", durl,
+                body={"inputs": [{"name": "IN_INT32", "shape": [1], "datatype": "INT32",
+                                  "data": [7]}]})
+    rec.request(f"{d}/identity_dtypes_2d", "INT32 with shape [2,3] given flat", "POST", durl,
+                body={"inputs": [{"name": "IN_INT32", "shape": [2, 3], "datatype": "INT32",
+                                  "data": [1, 2, 3, 4, 5, 6]}]})
 
     # kitchen_sink: versions, optional input, reshape, classification
     kurl = "/v2/models/kitchen_sink/infer"
@@ -674,6 +703,29 @@ def capture_infer_success(rec: Recorder) -> None:
     rec.request(f"{d}/all_versions_1", "all versions: version 1", "POST",
                 "/v2/models/all_versions/versions/1/infer",
                 body={"inputs": [fp32_input("INPUT0", ADD_SUB_IN0)]})
+
+
+def capture_execute_errors(rec: Recorder) -> None:
+    """Model-side failures (response error / exception) and their stats effect."""
+    d = "execute_error"
+    url = "/v2/models/execute_error/infer"
+
+    def body(mode: int) -> dict[str, Any]:
+        return {"inputs": [{"name": "MODE", "shape": [1], "datatype": "INT32", "data": [mode]}]}
+
+    rec.request(f"{d}/0_stats_initial", "stats before any request", "GET",
+                "/v2/models/execute_error/stats")
+    rec.request(f"{d}/1_ok", "MODE 0: success", "POST", url, body=body(0))
+    rec.request(f"{d}/2_error_response", "MODE 1: InferenceResponse(error=TritonError(...))",
+                "POST", url, body=body(1))
+    rec.request(f"{d}/3_raises", "MODE 2: execute() raises ValueError", "POST", url,
+                body=body(2))
+    rec.request(f"{d}/4_ok_after_raise", "MODE 0 again: the model still works", "POST", url,
+                body=body(0))
+    rec.request(f"{d}/5_error_response_with_id", "MODE 1 with request id", "POST", url,
+                body={**body(1), "id": "req-7"})
+    rec.request(f"{d}/6_stats_after", "stats after 2 successes and 3 model failures", "GET",
+                "/v2/models/execute_error/stats")
 
 
 def _binary_one(
@@ -747,6 +799,12 @@ def capture_infer_errors(rec: Recorder) -> None:
                 body={"inputs": [{**in0, "shape": [2, 2]}, in1]})
     rec.request(f"{d}/wrong_shape_5", "shape [5] with 5 elements for dims [4]", "POST", url,
                 body={"inputs": [fp32_input("INPUT0", ADD_SUB_IN0 + [5.0]), in1]})
+    rec.request(f"{d}/wrong_shape_with_id", 'shape [2,2] with "id": "req-1"', "POST", url,
+                body={"id": "req-1", "inputs": [{**in0, "shape": [2, 2]}, in1]})
+    rec.request(f"{d}/missing_input_with_id", 'only INPUT0 with "id": "req-2"', "POST", url,
+                body={"id": "req-2", "inputs": [in0]})
+    rec.request(f"{d}/unknown_requested_output_with_id", 'unknown output with "id": "req-3"',
+                "POST", url, body=add_sub_body(id="req-3", outputs=[{"name": "NOPE"}]))
     rec.request(f"{d}/shape_negative", "shape [-1]", "POST", url,
                 body={"inputs": [{**in0, "shape": [-1]}, in1]})
     rec.request(f"{d}/shape_not_integer", 'shape ["4"]', "POST", url,
@@ -796,6 +854,30 @@ def capture_infer_errors(rec: Recorder) -> None:
     rec.request(f"{d}/classification_on_nonbatch_bad_value", 'classification: "two"', "POST",
                 url, body=add_sub_body(outputs=[{"name": "OUTPUT0",
                                                  "parameters": {"classification": "two"}}]))
+
+    # Reserved request parameters on a model without sequence batching
+    rec.request(f"{d}/sequence_id_on_plain_model", 'parameters {"sequence_id": 5}', "POST",
+                url, body=add_sub_body(parameters={"sequence_id": 5}))
+    rec.request(f"{d}/sequence_start_on_plain_model",
+                'parameters {"sequence_id": 5, "sequence_start": true}', "POST", url,
+                body=add_sub_body(parameters={"sequence_id": 5, "sequence_start": True}))
+    rec.request(f"{d}/priority_parameter", 'parameters {"priority": 1}', "POST", url,
+                body=add_sub_body(parameters={"priority": 1}))
+    rec.request(f"{d}/timeout_parameter", 'parameters {"timeout": 1000000}', "POST", url,
+                body=add_sub_body(parameters={"timeout": 1000000}))
+    rec.request(f"{d}/reserved_triton_parameter", 'parameters {"triton_x": 1}', "POST", url,
+                body=add_sub_body(parameters={"triton_x": 1}))
+    rec.request(f"{d}/priority_not_integer", 'parameters {"priority": "high"}', "POST", url,
+                body=add_sub_body(parameters={"priority": "high"}))
+    rec.request(f"{d}/binary_data_not_bool", 'output parameters {"binary_data": 1}', "POST",
+                url, body=add_sub_body(outputs=[{"name": "OUTPUT0",
+                                                 "parameters": {"binary_data": 1}}]))
+    rec.request(f"{d}/unknown_shared_memory_region",
+                "input parameters shared_memory_region naming an unregistered region",
+                "POST", url,
+                body={"inputs": [{"name": "INPUT0", "shape": [4], "datatype": "FP32",
+                                  "parameters": {"shared_memory_region": "nope",
+                                                 "shared_memory_byte_size": 16}}, in1]})
 
     # Body-level problems
     rec.request(f"{d}/invalid_json", "body '{'", "POST", url, body="{")
@@ -910,6 +992,18 @@ def capture_infer_errors(rec: Recorder) -> None:
     rec.request(f"{d}/fp32_value_overflow", "FP32 JSON value 1e300", "POST", url,
                 body={"inputs": [{**in0, "data": [1e300, 1.0, 1.0, 1.0]}, in1]})
 
+    rec.request(f"{d}/fp16_json_input", "FP16 input given as JSON data", "POST",
+                "/v2/models/identity_fp16/infer",
+                body={"inputs": [{"name": "INPUT0", "shape": [3], "datatype": "FP16",
+                                  "data": [1.0, 0.1, -65504.0]}]})
+    rec.request(f"{d}/fp16_json_input_among_others",
+                "IN_FP16 JSON together with a valid IN_INT32", "POST",
+                "/v2/models/identity_dtypes/infer",
+                body={"inputs": [{"name": "IN_INT32", "shape": [1], "datatype": "INT32",
+                                  "data": [1]},
+                                 {"name": "IN_FP16", "shape": [1], "datatype": "FP16",
+                                  "data": [0.5]}]})
+
     # Batching problems
     burl = "/v2/models/batch_auto_complete/infer"
     rec.request(f"{d}/batch_over_max", "batch_auto_complete batch 5 > max_batch_size 4",
@@ -1017,6 +1111,7 @@ def session_good(peer: Path, port: int, out: Path) -> dict[str, Any]:
         capture_stats_sequence(rec)
         capture_infer_success(rec)
         capture_infer_errors(rec)
+        capture_execute_errors(rec)
         capture_large_body(rec)
         capture_final_stats(rec)
     collect_initialize_args(args_dir, out)
@@ -1051,12 +1146,30 @@ BAD_MODEL_NAMES = [
 ]
 
 
+# Models whose loading never finishes in Triton 2.51 (the server hangs at
+# startup): they are kept out of the main bad-repo runs and tried alone.
+HANGING_BAD_MODELS = ("missing_model_py",)
+BAD_REPO_VIEW = Path(tempfile.gettempdir()) / "naiad-golden-bad-models"
+
+
+def bad_repo_view(include_hanging: bool) -> Path:
+    """A model repository made of symlinks to tests/golden_bad_models folders:
+    all models but the hanging ones, or only the hanging ones."""
+    if BAD_REPO_VIEW.exists():
+        shutil.rmtree(BAD_REPO_VIEW)
+    BAD_REPO_VIEW.mkdir(parents=True)
+    for folder in sorted(BAD_REPO.iterdir()):
+        if folder.is_dir() and (folder.name in HANGING_BAD_MODELS) == include_hanging:
+            (BAD_REPO_VIEW / folder.name).symlink_to(folder.resolve())
+    return BAD_REPO_VIEW
+
+
 def session_bad(peer: Path, port: int, out: Path, strict: bool) -> dict[str, Any]:
     name = "bad_repo" if strict else "bad_repo_nonstrict"
     rec = Recorder(out / name, port)
     flags = ["--exit-on-error=false", f"--strict-readiness={'true' if strict else 'false'}"]
     log = out / ("bad_repo_log.txt" if strict else "bad_repo_nonstrict_log.txt")
-    with triton(peer, BAD_REPO, port, log, extra_flags=flags):
+    with triton(peer, bad_repo_view(include_hanging=False), port, log, extra_flags=flags):
         capture_server_endpoints(rec, "server")
         if strict:
             for model in BAD_MODEL_NAMES:
@@ -1077,10 +1190,12 @@ def session_bad(peer: Path, port: int, out: Path, strict: bool) -> dict[str, Any
 def session_exit_on_error(peer: Path, port: int, out: Path) -> dict[str, Any]:
     """Default flags on the bad repo: Triton exits because models failed to load."""
     log = out / "bad_repo_exit_on_error_log.txt"
-    run = start_triton(peer, BAD_REPO, port, log, expect_http=False)
-    rc = run.process.wait(timeout=180)
-    record = {"description": "tritonserver on the bad repo with default --exit-on-error=true",
-              "flags": [], "exit_code": rc, "log_file": log.name}
+    run = start_triton(peer, bad_repo_view(include_hanging=False), port, log)
+    outcome = wait_started(run)
+    rc = stop_triton(run)
+    record = {"description": "tritonserver on the bad repo (without the hanging models) "
+                             "with default --exit-on-error=true",
+              "flags": [], "outcome": outcome, "exit_code": rc, "log_file": log.name}
     (out / "bad_repo_exit_on_error.json").write_text(json.dumps(record, indent=2) + "\n")
     return {"bad_repo_exit_on_error.json": {"description": record["description"], "status": rc}}
 
@@ -1088,21 +1203,81 @@ def session_exit_on_error(peer: Path, port: int, out: Path) -> dict[str, Any]:
 def session_max_input_size_flag(peer: Path, port: int, out: Path) -> dict[str, Any]:
     """Check whether --http-max-input-size exists in this version."""
     log = out / "http_max_input_size_flag_log.txt"
-    run = start_triton(peer, GOOD_REPO, port, log, extra_flags=["--http-max-input-size=1024"],
-                       expect_http=False, timeout_s=30)
-    started = False
-    deadline = time.monotonic() + 120
-    while time.monotonic() < deadline and run.process.poll() is None:
-        if STARTED_MARKER in run.log_text():
-            started = True
-            break
-        time.sleep(0.25)
-    rc = stop_triton(run) if started else run.process.wait(timeout=60)
+    run = start_triton(peer, GOOD_REPO, port, log, extra_flags=["--http-max-input-size=1024"])
+    outcome = wait_started(run)
+    rc = stop_triton(run)
     record = {"description": "tritonserver started with --http-max-input-size=1024",
-              "http_started": started, "exit_code": rc, "log_file": log.name}
+              "outcome": outcome, "exit_code": rc, "log_file": log.name}
     (out / "http_max_input_size_flag.json").write_text(json.dumps(record, indent=2) + "\n")
     return {"http_max_input_size_flag.json": {"description": record["description"],
                                               "status": rc}}
+
+
+HANG_WAIT_S = 60.0
+
+
+def session_hanging_models(peer: Path, port: int, out: Path) -> dict[str, Any]:
+    """Each hanging bad model alone: record that HTTP never comes up."""
+    index: dict[str, Any] = {}
+    for model in HANGING_BAD_MODELS:
+        view = bad_repo_view(include_hanging=True)
+        for other in view.iterdir():
+            if other.name != model:
+                other.unlink()
+        log = out / f"bad_model_{model}_log.txt"
+        run = start_triton(peer, view, port, log, extra_flags=["--exit-on-error=false"])
+        outcome = wait_started(run, timeout_s=HANG_WAIT_S)
+        live = do_request(port, "GET", "/v2/health/live", timeout_s=5)
+        rc = stop_triton(run)
+        record = {
+            "description": f"tritonserver with only '{model}' and --exit-on-error=false: "
+                           f"state after waiting {HANG_WAIT_S:.0f} s for HTTP",
+            "outcome": outcome, "health_live_while_waiting": live,
+            "exit_code_after_sigterm": rc, "log_file": log.name,
+        }
+        name = f"bad_model_{model}.json"
+        (out / name).write_text(json.dumps(record, indent=2) + "\n")
+        index[name] = {"description": record["description"], "status": outcome}
+    return index
+
+
+def write_summary(out: Path) -> None:
+    """summary.md: one line per captured HTTP case (status, content type, body)."""
+    lines = [
+        "# Triton 2.51 golden cases (generated by tools/capture_triton_golden.py)",
+        "",
+        "Bodies longer than 400 characters are cut here; the JSON files hold them whole.",
+        "",
+    ]
+    for session_dir in sorted(p for p in out.iterdir() if p.is_dir()):
+        lines += [f"## {session_dir.name}", "",
+                  "| case | request | status | content-type | body |",
+                  "| --- | --- | --- | --- | --- |"]
+        for path in sorted(session_dir.rglob("*.json")):
+            record = json.loads(path.read_text())
+            req = record.get("request", {})
+            if "body_binary_part_base64" in record:
+                binary = base64.b64decode(record["body_binary_part_base64"])
+                body = (record.get("body_json_part_text", "(non-JSON header)")
+                        + f" + {len(binary)} binary bytes")
+            elif "body_text" in record:
+                body = record["body_text"]
+            else:
+                body = "(base64) " + str(record.get("body"))
+            body = "".join(c if c >= " " else f"\\x{ord(c):02x}" for c in body)
+            if len(body) > 400:
+                body = body[:400] + "…"
+            cells = [
+                str(path.relative_to(session_dir).with_suffix("")),
+                f"{req.get('method', '')} {req.get('path', '')}",
+                str(record.get("status")),
+                record.get("headers", {}).get("content-type", ""),
+                "`" + body.replace("|", "\\|").replace("`", "'") + "`"
+                if body else "",
+            ]
+            lines.append("| " + " | ".join(cells) + " |")
+        lines.append("")
+    (out / "summary.md").write_text("\n".join(lines))
 
 
 def main(argv: Optional[list[str]] = None) -> int:
@@ -1116,12 +1291,16 @@ def main(argv: Optional[list[str]] = None) -> int:
     opts = parser.parse_args(argv)
     out: Path = opts.out
     out.mkdir(parents=True, exist_ok=True)
+    # Per-case files are regenerated from scratch (README.md etc. are kept).
+    for session_dir in ("good", "alt_config", "bad_repo", "bad_repo_nonstrict"):
+        shutil.rmtree(out / session_dir, ignore_errors=True)
     index: dict[str, Any] = {}
     sessions = [
         ("good", lambda: session_good(opts.peer, opts.port_base, out)),
         ("alt_config", lambda: session_alt_config(opts.peer, opts.port_base, out)),
         ("bad_repo", lambda: session_bad(opts.peer, opts.port_base, out, strict=True)),
         ("bad_repo_nonstrict", lambda: session_bad(opts.peer, opts.port_base, out, strict=False)),
+        ("hanging_models", lambda: session_hanging_models(opts.peer, opts.port_base, out)),
         ("exit_on_error", lambda: session_exit_on_error(opts.peer, opts.port_base, out)),
         ("max_input_size_flag", lambda: session_max_input_size_flag(opts.peer, opts.port_base, out)),
     ]
@@ -1129,6 +1308,7 @@ def main(argv: Optional[list[str]] = None) -> int:
         print(f"[capture] session {name} ...", file=sys.stderr, flush=True)
         index[name] = run_session()
     (out / "index.json").write_text(json.dumps(index, indent=2, sort_keys=True) + "\n")
+    write_summary(out)
     print(f"[capture] wrote {sum(len(v) for v in index.values())} cases to {out}",
           file=sys.stderr)
     return 0

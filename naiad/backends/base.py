@@ -18,12 +18,17 @@ from naiad.core.request import InferRequest, InferResponse
 
 @dataclass
 class Execution:
-    """Responses for one execute call, one per request, plus the time spent in each phase."""
+    """Responses for one execute call, one per request, plus the time spent in each phase.
+
+    ``failed`` marks an execution that raised: Triton counts its requests as failures, while a
+    response that merely carries the model's own error still counts as a completed inference.
+    """
 
     responses: list[InferResponse]
     input_ns: int = 0
     infer_ns: int = 0
     output_ns: int = 0
+    failed: bool = False
 
 
 ExecuteResult = Union[Execution, Awaitable[Execution]]

@@ -52,11 +52,13 @@ class ModelStats:
         # batch size -> [compute_input, compute_infer, compute_output] durations
         self.batch: dict[int, tuple[Duration, Duration, Duration]] = {}
 
-    def record_execution(self, batch_size: int, input_ns: int, infer_ns: int, output_ns: int) -> None:
-        """One backend execution covering ``batch_size`` inferences."""
+    def record_execution(self, batch_size: int, input_ns: int, infer_ns: int, output_ns: int,
+                         failed: bool = False) -> None:
+        """One backend execution covering ``batch_size`` inferences; a failed one infers nothing."""
         self.execution_count += 1
-        self.inference_count += batch_size
-        self.last_inference_ms = time.time_ns() // 1_000_000
+        if not failed:
+            self.inference_count += batch_size
+            self.last_inference_ms = time.time_ns() // 1_000_000
         per_batch = self.batch.get(batch_size)
         if per_batch is None:
             per_batch = self.batch[batch_size] = (Duration(), Duration(), Duration())

@@ -51,25 +51,23 @@ class ModelVersion:
     def submit(self, request: InferRequest) -> "asyncio.Future[InferResponse]":
         """Check the request and queue it; the future resolves to a response (its ``error`` may be set)."""
         request.arrival_ns = time.perf_counter_ns()
-        try:
-            self.signature.check(request)
-        except InferError:
-            self.stats.fail.add(time.perf_counter_ns() - request.arrival_ns)
-            raise
+        # A request rejected here never reached the model: Triton leaves it out of the statistics.
+        self.signature.check(request)
         future: asyncio.Future[InferResponse] = asyncio.get_running_loop().create_future()
         request.model_version = self.version_str
-        self.scheduler.enqueue(request, lambda req, resp: self._complete(req, resp, future))
+        self.scheduler.enqueue(request, lambda req, resp, failed: self._complete(req, resp, failed, future))
         return future
 
-    def _complete(self, request: InferRequest, response: InferResponse, future: asyncio.Future) -> None:
+    def _complete(self, request: InferRequest, response: InferResponse, failed: bool, future: asyncio.Future) -> None:
         if response.error is None:
             try:
                 response.outputs = self.signature.select_outputs(response.outputs, request)
             except InferError as exc:
                 response.outputs = {}
                 response.error = exc
+                failed = True
         elapsed = time.perf_counter_ns() - request.arrival_ns
-        (self.stats.fail if response.error is not None else self.stats.success).add(elapsed)
+        (self.stats.fail if failed else self.stats.success).add(elapsed)
         response.model_version = self.version_str
         if not future.done():
             future.set_result(response)

@@ -9,6 +9,7 @@ import inspect
 import json
 import sys
 import time
+import traceback
 from pathlib import Path
 from types import ModuleType
 from typing import Any, Awaitable
@@ -52,6 +53,16 @@ def _import_model(path: Path, tag: str) -> ModuleType:
     if not hasattr(module, "TritonPythonModel"):
         raise invalid(f"{path} must define class 'TritonPythonModel' for model '{tag}'")
     return module
+
+
+def _describe(exc: BaseException) -> str:
+    """An exception as Triton's stub reports it: type, message, then the model's frames, innermost first."""
+    frames = [f for f in traceback.extract_tb(exc.__traceback__) if not f.filename.startswith(_OWN_DIR)]
+    where = "".join(f"  {f.filename}({f.lineno}): {f.name}\n" for f in reversed(frames))
+    return f"{type(exc).__name__}: {exc}\n\nAt:\n{where}" if where else f"{type(exc).__name__}: {exc}"
+
+
+_OWN_DIR = str(Path(__file__).resolve().parent)
 
 
 class PythonBackend(Backend):
@@ -124,7 +135,7 @@ class PythonInstance(Instance):
             except InferError:
                 raise
             except Exception as exc:
-                raise internal(f"{type(exc).__name__}: {exc}") from None
+                raise internal(_describe(exc)) from None
         self._execute = model.execute
 
     def execute(self, requests: list[InferRequest]) -> ExecuteResult:
@@ -155,9 +166,9 @@ class PythonInstance(Instance):
 
     def _failed(self, requests: list[InferRequest], exc: BaseException, input_ns: int, infer_ns: int) -> Execution:
         error = internal(
-            f"Failed to process the request(s) for model '{self.name}', message: {type(exc).__name__}: {exc}"
+            f"Failed to process the request(s) for model '{self.name}', message: {_describe(exc)}"
         )
-        return Execution([self._error_response(r, error) for r in requests], input_ns, infer_ns, 0)
+        return Execution([self._error_response(r, error) for r in requests], input_ns, infer_ns, 0, failed=True)
 
     def _error_response(self, request: InferRequest, error: InferError) -> InferResponse:
         return InferResponse(self.model_name, self.version_str, request.id, error=error)

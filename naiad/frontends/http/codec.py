@@ -14,7 +14,7 @@ import numpy as np
 import orjson
 
 from naiad.core.datatypes import WIRE_TO_NUMPY, BytesFormatError, deserialize_bytes, element_count, serialize_bytes
-from naiad.core.errors import internal, invalid
+from naiad.core.errors import internal, invalid, not_found
 from naiad.core.request import InferRequest, InferResponse
 
 # Request parameters that steer the server rather than reach the model.
@@ -161,19 +161,32 @@ def _log(request: InferRequest) -> str:
 def _apply_parameters(request: InferRequest, options: OutputOptions, parameters: Any) -> None:
     if not isinstance(parameters, dict):
         raise internal("failed to get request params.: attempt to get members for non-object")
+    for key in parameters:
+        if key.startswith("triton_"):
+            raise invalid("parameter keys starting with 'triton_' are reserved for Triton usage and should not be "
+                          "specified.")
     if "binary_data_output" in parameters:
         options.binary_default = _boolean(parameters["binary_data_output"], "binary_data_output")
     if "sequence_id" in parameters:
-        request.correlation_id = parameters["sequence_id"]
-    if parameters.get("sequence_start"):
+        sequence_id = parameters["sequence_id"]
+        if not (isinstance(sequence_id, str) or (type(sequence_id) is int and sequence_id >= 0)):
+            raise internal("Unable to parse 'sequence_id': expected an unsigned integer or a string")
+        request.correlation_id = sequence_id
+    if "sequence_start" in parameters and _boolean(parameters["sequence_start"], "sequence_start"):
         request.flags |= 1
-    if parameters.get("sequence_end"):
+    if "sequence_end" in parameters and _boolean(parameters["sequence_end"], "sequence_end"):
         request.flags |= 2
     if "priority" in parameters:
-        request.priority = int(parameters["priority"])
+        request.priority = _unsigned(parameters["priority"], "priority")
     if "timeout" in parameters:
-        request.timeout_us = int(parameters["timeout"])
+        request.timeout_us = _unsigned(parameters["timeout"], "timeout")
     request.parameters = {k: v for k, v in parameters.items() if k not in _RESERVED_PARAMETERS}
+
+
+def _unsigned(value: Any, key: str) -> int:
+    if type(value) is not int or value < 0:
+        raise internal(f"Unable to parse '{key}': attempt to access JSON non-unsigned-integer as unsigned-integer")
+    return value
 
 
 def _parse_input(item: Any, tail: bytes | memoryview, offset: int, model_name: str
@@ -205,7 +218,8 @@ def _parse_input(item: Any, tail: bytes | memoryview, offset: int, model_name: s
                           f"input {name}")
         return name, datatype, dtype, shape, item["data"], 0
     if "shared_memory_region" in params:
-        raise invalid(f"Unable to find system shared memory region: '{params['shared_memory_region']}'")
+        # No region can be registered yet, so every name is unknown.
+        raise not_found(f"Unable to find shared memory region: '{params['shared_memory_region']}'")
     size = params["binary_data_size"]
     if type(size) is not int or size < 0:
         raise internal("Unable to parse 'binary_data_size': attempt to access JSON non-unsigned-integer as "
@@ -257,9 +271,9 @@ def _flatten(data: list) -> list:
     return flat
 
 
-# What numpy infers from the JSON values, per target kind: floats take numbers, integers take
-# integers (wrapping like a C cast, as Triton does), booleans take booleans.
-_ACCEPTED_KINDS = {"f": "iuf", "i": "iu", "u": "iu", "b": "b"}
+# JSON value types each kind of tensor takes: floats take numbers, integers take integers (wrapping
+# like a C cast, as Triton does), booleans take booleans. bool is checked apart because it is an int.
+_ACCEPTED_TYPES = {"f": {int, float}, "i": {int}, "u": {int}, "b": {bool}}
 _KIND_ERRORS = {
     "f": "Unable to parse 'data': attempt to access JSON non-number as double",
     "i": "Unable to parse 'data': attempt to access JSON non-signed-integer as signed-integer",
@@ -267,35 +281,39 @@ _KIND_ERRORS = {
     "b": "Unable to parse 'data': attempt to access JSON non-boolean as boolean",
 }
 _SHAPE_MISMATCH = "Unable to parse 'data': Shape does not match true shape of 'data' field"
+_INT64 = np.dtype(np.int64)
 
 
 def _from_json(data: Any, datatype: str, dtype: np.dtype, shape: list[int], count: int) -> np.ndarray:
     if not isinstance(data, list):
         raise internal("Unable to parse 'data': attempt to access JSON non-array as array")
-    if dtype is _OBJECT:
+    # One pass at C speed tells which JSON types are present; nested data is walked flat, as Triton does.
+    types = set(map(type, data))
+    flat = data
+    if list in types:
         flat = _flatten(data)
-        if len(flat) != count:
-            raise internal(_SHAPE_MISMATCH)
-        array = np.empty(count, dtype=np.object_)
-        for i, value in enumerate(flat):
-            if not isinstance(value, str):
-                raise internal("Unable to parse JSON bytes array: attempt to access JSON non-string as string")
-            array[i] = value.encode("utf-8")
-        return array.reshape(shape)
-    try:
-        inferred = np.array(data)
-    except ValueError:  # ragged nesting: Triton walks it flat
-        inferred = np.array(_flatten(data))
-    kind = dtype.kind
-    if inferred.size and inferred.dtype.kind not in _ACCEPTED_KINDS[kind]:
-        raise internal(_KIND_ERRORS[kind])
-    if kind != "b" and inferred.dtype.kind != "b" and any(type(v) is bool for v in _flatten(data)):
-        raise internal(_KIND_ERRORS[kind])  # NumPy would quietly read true as 1
-    if kind == "u" and inferred.size and inferred.dtype.kind == "i" and inferred.min() < 0:
-        raise internal(_KIND_ERRORS["u"])
-    if inferred.size != count:
+        types = set(map(type, flat))
+    if len(flat) != count:
         raise internal(_SHAPE_MISMATCH)
-    return inferred.astype(dtype, copy=False).reshape(shape)
+    if dtype is _OBJECT:
+        if types - {str}:
+            raise internal("Unable to parse JSON bytes array: attempt to access JSON non-string as string")
+        array = np.empty(count, dtype=np.object_)
+        array[:] = [value.encode("utf-8") for value in flat]
+        return array.reshape(shape)
+    kind = dtype.kind
+    if not types <= _ACCEPTED_TYPES[kind]:
+        raise internal(_KIND_ERRORS[kind])
+    try:
+        if kind == "u" and flat and min(flat) < 0:
+            raise internal(_KIND_ERRORS["u"])
+        if kind in "iu" and dtype.itemsize < 8:
+            array = np.array(flat, dtype=_INT64).astype(dtype)
+        else:
+            array = np.array(flat, dtype=dtype)
+    except OverflowError:
+        raise internal(_KIND_ERRORS[kind]) from None
+    return array.reshape(shape)
 
 
 def encode_response(response: InferResponse, options: OutputOptions, labels: dict[str, list[str]] | None = None
@@ -324,12 +342,13 @@ def encode_response(response: InferResponse, options: OutputOptions, labels: dic
         elif datatype == "BYTES":
             entry["data"] = [_to_str(v) for v in array.ravel()]
         elif datatype == "FP16":
-            entry["data"] = array.astype(np.float32).ravel()
-            nonfinite = nonfinite or not np.isfinite(entry["data"]).all()
+            raise invalid("sending FP16 data via JSON is not supported. Please use the binary data format for output")
         else:
-            entry["data"] = _contiguous_array(array)
-            if array.dtype.kind == "f":
-                nonfinite = nonfinite or not np.isfinite(entry["data"]).all()
+            # FP32 goes out through double, as Triton prints it: a JSON reader sees Triton's exact value.
+            data = _contiguous_array(array.astype(np.float64) if datatype == "FP32" else array)
+            entry["data"] = data
+            if data.dtype.kind == "f":
+                nonfinite = nonfinite or not np.isfinite(data).all()
         outputs.append(entry)
     doc["outputs"] = outputs
     try:

@@ -132,7 +132,10 @@ class Router:
         if response.error is not None:
             return error_reply(response.error)
         labels = model.labels if options.classification else None
-        header, chunks, header_length = encode_response(response, options, labels)
+        try:
+            header, chunks, header_length = encode_response(response, options, labels)
+        except InferError as exc:
+            return error_reply(exc)
         if header_length is None:
             reply = Reply(200, header)
         else:
