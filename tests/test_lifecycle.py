@@ -55,7 +55,8 @@ def test_sigterm_drains_in_flight_then_finalizes(tmp_path: Path) -> None:
     status, _, payload = result["reply"]  # type: ignore[misc]
     assert status == 200, payload
     assert json.loads(payload)["outputs"][0]["data"] == [3.5]
-    assert server.stop() == 0
+    assert server.proc.wait(15) == 0
+    server.stop()
     assert marker.read_text() == "finalized\n"
 
 

@@ -18,11 +18,18 @@ KNOWN_PLATFORMS = {
 WILDCARD = -1
 
 
-def validate(config: ModelConfig, folder_name: str) -> None:
+def validate_identity(config: ModelConfig, folder_name: str) -> None:
+    """What Triton checks while polling the repository; a model failing here is not served under any version."""
     if config.name != folder_name:
         raise invalid(
             f"unexpected directory name '{folder_name}' for model '{config.name}', directory name must equal model name"
         )
+    if config.max_batch_size < 0:
+        raise invalid(f"'max_batch_size' must be non-negative value for {config.name}")
+
+
+def validate(config: ModelConfig, folder_name: str) -> None:
+    validate_identity(config, folder_name)
     if not config.platform and not config.backend:
         raise invalid(f"must specify 'platform' or 'backend' for '{config.name}'")
     if config.backend and config.backend not in KNOWN_BACKENDS:

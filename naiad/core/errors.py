@@ -29,6 +29,19 @@ HTTP_STATUS: dict[Code, int] = {
 }
 
 
+# How Triton spells each code when it prefixes a message with it (Status::AsString).
+STATUS_NAMES: dict[Code, str] = {
+    Code.UNKNOWN: "Unknown",
+    Code.INTERNAL: "Internal",
+    Code.NOT_FOUND: "Not found",
+    Code.INVALID_ARG: "Invalid argument",
+    Code.UNAVAILABLE: "Unavailable",
+    Code.UNSUPPORTED: "Unsupported",
+    Code.ALREADY_EXISTS: "Already exists",
+    Code.CANCELLED: "Cancelled",
+}
+
+
 class InferError(Exception):
     """A failure that is an answer: it carries Triton's error code and message."""
 

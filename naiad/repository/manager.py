@@ -18,8 +18,8 @@ from naiad.config import ModelConfig
 from naiad.config.loader import load_config
 from naiad.config.normalize import detect_backend, fill_defaults
 from naiad.config.render import config_to_dict
-from naiad.config.validate import validate
-from naiad.core.errors import InferError, invalid, not_found, unavailable
+from naiad.config.validate import validate, validate_identity
+from naiad.core.errors import STATUS_NAMES, InferError, internal, invalid, not_found, unavailable
 from naiad.repository.layout import model_dirs, select_versions, version_dirs
 from naiad.repository.model import ModelVersion
 
@@ -35,6 +35,7 @@ class ModelEntry:
     versions: dict[int, ModelVersion] = field(default_factory=dict)
     failed: dict[int, str] = field(default_factory=dict)  # version -> reason
     reason: str = ""  # the whole model failed before any version was tried
+    polled: bool = False  # its config was read and names it: Triton knows the model, ready or not
 
     @property
     def ready(self) -> bool:
@@ -74,37 +75,44 @@ class ModelRepository:
             self.models[name] = self._load_model(name, paths[0])
 
     def _load_model(self, name: str, path: Path) -> ModelEntry:
+        """Poll (read and identify the config), then load each selected version, as Triton's two stages do:
+        a poll failure hides the model; a load failure is reported per version."""
         entry = ModelEntry(name, path)
         try:
             config, found = load_config(path, self.options.config_name)
             if not found and not self.options.auto_complete:
                 raise invalid(f"failed to find a config.pbtxt for model '{name}' and auto-complete is disabled")
-            versions = version_dirs(path)
             if not config.name:
                 config.name = name
+            validate_identity(config, name)
+        except InferError as exc:
+            entry.reason = exc.message
+            log.error("Poll failed for model directory '%s': %s", name, exc.message)
+            return entry
+        entry.polled = True
+        versions = version_dirs(path)
+        selected = select_versions(config, list(versions))
+        if not selected:
+            entry.reason = f"at least one version must be available under the version policy of model '{name}'"
+            log.error("failed to load model '%s': %s", name, entry.reason)
+            return entry
+        try:
             detect_backend(config, list(versions.values()))
-            backend_name = config.backend or config.platform
-            if not backend_name:
-                raise invalid(f"must specify 'platform' or 'backend' for '{config.name}'")
             backend = get_backend(config.backend) if config.backend else None
             if backend is not None and self.options.auto_complete:
-                config = backend.auto_complete(config, path, list(versions.values()))
+                config = backend.auto_complete(config, path, [versions[v] for v in selected])
             fill_defaults(config, name)
             validate(config, name)
             if backend is None:
                 raise invalid(f"unable to find backend for platform '{config.platform}' of model '{name}'")
         except InferError as exc:
-            entry.reason = exc.message
-            log.error("failed to load '%s': %s", name, exc.message)
+            for version in selected:
+                self._version_failed(entry, version, exc)
             return entry
         entry.config = config
         entry.config_dict = config_to_dict(config)
         config_json = json.dumps(entry.config_dict)
         labels = self._labels(config, path)
-        selected = select_versions(config, list(versions))
-        if not selected:
-            entry.reason = f"at least one version must be available under the version policy of model '{name}'"
-            log.error("failed to load '%s': %s", name, entry.reason)
         options = self.options.backend_config.get(config.backend, {})
         for version in selected:
             started = time.perf_counter()
@@ -112,18 +120,22 @@ class ModelRepository:
             try:
                 loaded = backend.load(ctx)
             except InferError as exc:
-                entry.failed[version] = exc.message
-                log.error("failed to load '%s' version %d: %s", name, version, exc.message)
+                self._version_failed(entry, version, exc)
                 continue
             except Exception as exc:  # a model's own bug is a failed load, not a dead server
-                entry.failed[version] = f"{type(exc).__name__}: {exc}"
-                log.exception("failed to load '%s' version %d", name, version)
+                self._version_failed(entry, version, internal(f"{type(exc).__name__}: {exc}"))
                 continue
             model = ModelVersion(name, version, config, entry.config_dict, loaded, labels)
             model.load_seconds = time.perf_counter() - started
             entry.versions[version] = model
             log.info("successfully loaded '%s' version %d", name, version)
         return entry
+
+    @staticmethod
+    def _version_failed(entry: ModelEntry, version: int, error: InferError) -> None:
+        # Triton states the reason with its status name first ("Invalid argument: ...").
+        entry.failed[version] = f"{STATUS_NAMES[error.code]}: {error.message}"
+        log.error("failed to load '%s' version %d: %s", entry.name, version, entry.failed[version])
 
     @staticmethod
     def _labels(config: ModelConfig, path: Path) -> dict[str, list[str]]:
@@ -147,7 +159,8 @@ class ModelRepository:
     def get(self, name: str, version: str = "") -> ModelVersion:
         """The version that serves a request: the newest ready one unless a version is named."""
         entry = self.models.get(name)
-        if entry is None:
+        if entry is None or not entry.polled:
+            # Unknown, or never got past polling: Triton has no such model at all.
             raise not_found(f"Request for unknown model: '{name}' is not found")
         if not version:
             model = entry.latest()
