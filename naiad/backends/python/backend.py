@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import importlib.util
 import inspect
-import json
 import sys
 import time
 import traceback
