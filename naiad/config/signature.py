@@ -9,11 +9,18 @@ from __future__ import annotations
 import numpy as np
 
 from naiad.config import ModelConfig, pb
-from naiad.core.datatypes import CONFIG_TO_WIRE, WIRE_TO_NUMPY, dims_str, numpy_to_wire
+from naiad.core.datatypes import (
+    CONFIG_TO_WIRE,
+    WILDCARD,
+    WIRE_TO_NUMPY,
+    dims_str,
+    fixed_size,
+    numpy_to_wire,
+    wildcard_count,
+)
 from naiad.core.errors import invalid
-from naiad.core.request import InferRequest
+from naiad.core.request import InferRequest, log_prefix as _log
 
-WILDCARD = -1
 
 _BATCH_NOTE = (
     "NOTE: Setting a non-zero max_batch_size in the model config requires a batch dimension to be prepended to "
@@ -32,22 +39,6 @@ class TensorSpec:
         self.reshape: tuple[int, ...] | None = tuple(io.reshape.shape) if io.HasField("reshape") else None
         self.optional: bool = getattr(io, "optional", False)
         self.is_shape_tensor: bool = io.is_shape_tensor
-
-
-def _product(dims: tuple[int, ...] | list[int]) -> int:
-    n = 1
-    for d in dims:
-        if d != WILDCARD:
-            n *= d
-    return n
-
-
-def _wildcards(dims: tuple[int, ...] | list[int]) -> int:
-    return sum(1 for d in dims if d == WILDCARD)
-
-
-def _log(request: InferRequest) -> str:
-    return f"[request id: {request.id or '<id_unknown>'}] "
 
 
 class Signature:
@@ -98,7 +89,7 @@ class Signature:
                 # A zero batch dimension reads as "no batch" to Triton, which then finds no bytes.
                 input_name, array = order[0]
                 spec = specs[input_name]
-                expected = array.dtype.itemsize * _product(spec.dims) if array.dtype != np.object_ else 0
+                expected = array.dtype.itemsize * fixed_size(spec.dims) if array.dtype != np.object_ else 0
                 raise invalid(
                     f"{_log(request)}input byte size mismatch for input '{input_name}' for model '{name}'. "
                     f"Expected {expected}, got 0"
@@ -141,13 +132,13 @@ class Signature:
             )
         spec = next(iter(self.inputs.values()))
         shape = [1] if self.max_batch_size else []
-        if _wildcards(spec.dims) > 1:
+        if wildcard_count(spec.dims) > 1:
             raise invalid(
                 f"{_log(request)}The shape of the raw input '{spec.name}' can not be deduced because there are more "
                 "than one variable-sized dimension"
             )
         if spec.datatype == "BYTES":
-            if _wildcards(spec.dims) or _product(spec.dims) != 1:
+            if wildcard_count(spec.dims) or fixed_size(spec.dims) != 1:
                 raise invalid(
                     f"{_log(request)}For BYTE datatype raw input '{spec.name}', the model must have input shape [1]"
                 )
@@ -156,9 +147,9 @@ class Signature:
             request.inputs = {spec.name: array.reshape(shape + list(spec.dims))}
             return
         dtype = WIRE_TO_NUMPY[spec.datatype]
-        fixed = _product(spec.dims) * dtype.itemsize
+        fixed = fixed_size(spec.dims) * dtype.itemsize
         dims = [len(raw) // fixed if d == WILDCARD and fixed else d for d in spec.dims]
-        expected = _product(shape + dims) * dtype.itemsize
+        expected = fixed_size(shape + dims) * dtype.itemsize
         if len(raw) != expected:
             raise invalid(
                 f"{_log(request)}input byte size mismatch for input '{spec.name}' for model '{self.model_name}'. "

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from naiad.config import ModelConfig, pb
 from naiad.config.normalize import DEFAULT_FILENAMES
+from naiad.core.datatypes import WILDCARD, fixed_size, wildcard_count
 from naiad.core.errors import InferError, invalid
 
 KNOWN_BACKENDS = set(DEFAULT_FILENAMES) | {"ensemble"}
@@ -15,7 +16,6 @@ KNOWN_PLATFORMS = {
     "tensorflow_graphdef",
     "ensemble",
 }
-WILDCARD = -1
 
 
 def validate_identity(config: ModelConfig, folder_name: str) -> None:
@@ -39,8 +39,6 @@ def validate(config: ModelConfig, folder_name: str) -> None:
         )
     if config.platform and config.platform not in KNOWN_PLATFORMS:
         raise invalid(f"unexpected platform type '{config.platform}' for {config.name}")
-    if config.max_batch_size < 0:
-        raise invalid(f"'max_batch_size' must be non-negative value for {config.name}")
     if not config.HasField("version_policy"):
         raise invalid(f"must specify 'version policy' for {config.name}")
     for io in config.input:
@@ -82,20 +80,10 @@ def _check_io(io: pb.ModelInput | pb.ModelOutput, config: ModelConfig, prefix: s
                 )
         if not io.reshape.shape and config.max_batch_size == 0:
             raise invalid("cannot have empty reshape for non-batching model as scalar tensors are not supported")
-        if _fixed_size(io.dims) != _fixed_size(io.reshape.shape) or _wildcards(io.dims) != _wildcards(io.reshape.shape):
+        if fixed_size(io.dims) != fixed_size(io.reshape.shape) or (
+            wildcard_count(io.dims) != wildcard_count(io.reshape.shape)
+        ):
             raise invalid(named + "has different size for dims and reshape")
-
-
-def _fixed_size(dims) -> int:
-    n = 1
-    for d in dims:
-        if d != WILDCARD:
-            n *= d
-    return n
-
-
-def _wildcards(dims) -> int:
-    return sum(1 for d in dims if d == WILDCARD)
 
 
 def _validate_unique(config: ModelConfig) -> None:

@@ -7,6 +7,7 @@ element is a 4-byte little-endian length followed by its bytes.
 from __future__ import annotations
 
 import struct
+from collections.abc import Iterable
 
 import numpy as np
 
@@ -42,6 +43,23 @@ def numpy_to_wire(dtype: np.dtype) -> str | None:
     if wire is None and dtype.kind in "SUO":
         return "BYTES"
     return wire
+
+
+# A variable-size dimension in a config's dims.
+WILDCARD = -1
+
+
+def fixed_size(dims: "Iterable[int]") -> int:
+    """The product of a config's fixed dimensions (wildcards skipped)."""
+    n = 1
+    for d in dims:
+        if d != WILDCARD:
+            n *= d
+    return n
+
+
+def wildcard_count(dims: "Iterable[int]") -> int:
+    return sum(1 for d in dims if d == WILDCARD)
 
 
 def element_count(shape: list[int] | tuple[int, ...]) -> int:

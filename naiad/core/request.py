@@ -57,6 +57,11 @@ class InferRequest:
         self.raw_input: bytes | None = None
 
 
+def log_prefix(request: InferRequest) -> str:
+    """How Triton starts a message about a request: ``[request id: <id_unknown>] ``."""
+    return f"[request id: {request.id or '<id_unknown>'}] "
+
+
 class InferResponse:
     __slots__ = ("model_name", "model_version", "id", "outputs", "parameters", "error")
 

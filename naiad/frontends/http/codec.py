@@ -15,7 +15,7 @@ import orjson
 
 from naiad.core.datatypes import WIRE_TO_NUMPY, BytesFormatError, deserialize_bytes, element_count, serialize_bytes
 from naiad.core.errors import internal, invalid, not_found
-from naiad.core.request import InferRequest, InferResponse
+from naiad.core.request import InferRequest, InferResponse, log_prefix as _log
 
 # Request parameters that steer the server rather than reach the model.
 _RESERVED_PARAMETERS = frozenset(
@@ -82,7 +82,7 @@ def decode_request(
         if isinstance(source, _Binary):
             array = _from_binary(name, source.chunk, dtype, shape, count, request, model_name)
         else:
-            array = _from_json(source, datatype, dtype, shape, count)
+            array = _from_json(source, dtype, shape, count)
         if name in request.inputs:
             raise invalid(f"{_log(request)}input '{name}' already exists in request")
         request.inputs[name] = array
@@ -152,10 +152,6 @@ def _boolean(value: Any, key: str) -> bool:
     if type(value) is not bool:
         raise internal(f"Unable to parse '{key}': attempt to access JSON non-boolean as boolean")
     return value
-
-
-def _log(request: InferRequest) -> str:
-    return f"[request id: {request.id or '<id_unknown>'}] "
 
 
 def _apply_parameters(request: InferRequest, options: OutputOptions, parameters: Any) -> None:
@@ -284,7 +280,7 @@ _SHAPE_MISMATCH = "Unable to parse 'data': Shape does not match true shape of 'd
 _INT64 = np.dtype(np.int64)
 
 
-def _from_json(data: Any, datatype: str, dtype: np.dtype, shape: list[int], count: int) -> np.ndarray:
+def _from_json(data: Any, dtype: np.dtype, shape: list[int], count: int) -> np.ndarray:
     if not isinstance(data, list):
         raise internal("Unable to parse 'data': attempt to access JSON non-array as array")
     # One pass at C speed tells which JSON types are present; nested data is walked flat, as Triton does.
@@ -351,12 +347,10 @@ def encode_response(response: InferResponse, options: OutputOptions, labels: dic
                 nonfinite = nonfinite or not np.isfinite(data).all()
         outputs.append(entry)
     doc["outputs"] = outputs
-    try:
-        header = orjson.dumps(doc, option=orjson.OPT_SERIALIZE_NUMPY)
-    except orjson.JSONEncodeError:
-        header = _dumps_fallback(doc)
     if nonfinite:
         header = _dumps_fallback(doc)
+    else:
+        header = orjson.dumps(doc, option=orjson.OPT_SERIALIZE_NUMPY)
     return header, chunks, (len(header) if chunks else None)
 
 
