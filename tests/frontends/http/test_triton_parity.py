@@ -75,17 +75,17 @@ def _counts(value: object) -> object:
     return value
 
 
-def _local_paths(value: object) -> object:
-    """Tracebacks name model files under the checkout the capture ran in; read them as this checkout's.
+def _rooted(value: object, root: str) -> object:
+    """Tracebacks name model files under the checkout they ran in; name that checkout `<root>` on both sides.
     NaN becomes a marker so that NaN equals NaN."""
     if isinstance(value, float) and value != value:
         return "NaN"
     if isinstance(value, str):
-        return value.replace(CAPTURED_ROOT, str(ROOT))
+        return value.replace(root, "<root>")
     if isinstance(value, dict):
-        return {k: _local_paths(v) for k, v in value.items()}
+        return {k: _rooted(v, root) for k, v in value.items()}
     if isinstance(value, list):
-        return [_local_paths(v) for v in value]
+        return [_rooted(v, root) for v in value]
     return value
 
 
@@ -149,6 +149,6 @@ def _replay(server: RunningServer, path: Path, folder: Path = GOLDEN, status_onl
         if isinstance(expected, dict) and "model_stats" in expected:
             assert _counts(actual) == _counts(expected), name
         else:
-            assert _local_paths(actual) == _local_paths(expected), name
+            assert _rooted(actual, str(ROOT)) == _rooted(expected, CAPTURED_ROOT), name
     elif expected in (None, ""):
         assert payload in (b"", b"null"), name
