@@ -7,7 +7,7 @@ them reaches into a scheduler or a backend.
 from __future__ import annotations
 
 import asyncio
-from typing import Any
+from typing import Any, AsyncIterator
 
 import naiad
 from naiad.core.errors import invalid, unavailable
@@ -33,6 +33,7 @@ EXTENSIONS = [
 class Service:
     def __init__(self, repository: ModelRepository, strict_readiness: bool = True) -> None:
         self.repository = repository
+        repository.core = self
         self.strict_readiness = strict_readiness
         self.live = False
         self.accepting = False  # False while starting and while draining on shutdown
@@ -55,6 +56,11 @@ class Service:
         self.in_flight += 1
         future.add_done_callback(self._finished)
         return future
+
+    async def stream(self, request: InferRequest, model: ModelVersion | None = None) -> AsyncIterator[InferResponse]:
+        """Responses of one request as they come; the last has ``final`` set. Streaming front ends (gRPC
+        ModelStreamInfer, HTTP generate_stream) use this; a non-decoupled model yields exactly one response."""
+        yield await self.infer(request, model)
 
     def _finished(self, _: asyncio.Future) -> None:
         self.in_flight -= 1

@@ -10,7 +10,7 @@ from __future__ import annotations
 import abc
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Awaitable, Union
+from typing import Any, Awaitable, Protocol, Union
 
 from naiad.config import ModelConfig
 from naiad.core.request import InferRequest, InferResponse
@@ -34,6 +34,15 @@ class Execution:
 ExecuteResult = Union[Execution, Awaitable[Execution]]
 
 
+class Core(Protocol):
+    """The part of the server core a model may call back into (BLS, ensembles): ``naiad.service.Service``.
+    Backends sit below the service, so they see it only through this protocol."""
+
+    def infer(self, request: InferRequest) -> Any: ...  # asyncio.Future[InferResponse]; raises InferError
+
+    def stream(self, request: InferRequest) -> Any: ...  # AsyncIterator[InferResponse]
+
+
 @dataclass
 class VersionContext:
     """Everything a backend needs to load one version of a model."""
@@ -45,6 +54,7 @@ class VersionContext:
     model_dir: Path
     version_dir: Path
     options: dict[str, str] = field(default_factory=dict)  # --backend-config values for this backend
+    core: Core | None = None  # set once the server is wired; None in unit tests that load a backend alone
 
 
 class Instance(abc.ABC):

@@ -63,7 +63,10 @@ def log_prefix(request: InferRequest) -> str:
 
 
 class InferResponse:
-    __slots__ = ("model_name", "model_version", "id", "outputs", "parameters", "error")
+    """One response. ``final`` is False on all but the last response of a decoupled model's stream; a final
+    response of a decoupled model may carry no outputs (Triton's ``triton_final_response`` with nothing else)."""
+
+    __slots__ = ("model_name", "model_version", "id", "outputs", "parameters", "error", "final")
 
     def __init__(
         self,
@@ -80,3 +83,4 @@ class InferResponse:
         self.outputs: dict[str, np.ndarray] = outputs if outputs is not None else {}
         self.parameters: dict[str, Any] = parameters if parameters is not None else {}
         self.error = error
+        self.final = True

@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from naiad.backends.base import VersionContext
+from naiad.backends.base import Core, VersionContext
 from naiad.backends.registry import get_backend
 from naiad.config import ModelConfig
 from naiad.config.loader import load_config
@@ -57,6 +57,7 @@ class ModelRepository:
     def __init__(self, options: RepositoryOptions) -> None:
         self.options = options
         self.models: dict[str, ModelEntry] = {}
+        self.core: Core | None = None  # the service, which sets itself here: models that call models reach it
 
     def load_all(self) -> None:
         found: dict[str, list[Path]] = {}
@@ -116,7 +117,7 @@ class ModelRepository:
         options = self.options.backend_config.get(config.backend, {})
         for version in selected:
             started = time.perf_counter()
-            ctx = VersionContext(name, version, config, config_json, path, versions[version], options)
+            ctx = VersionContext(name, version, config, config_json, path, versions[version], options, self.core)
             try:
                 loaded = backend.load(ctx)
             except InferError as exc:
