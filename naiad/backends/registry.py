@@ -5,11 +5,16 @@ from __future__ import annotations
 import importlib
 
 from naiad.backends.base import Backend
-from naiad.core.errors import invalid
+from naiad.core.errors import invalid, unavailable
 
 _BACKENDS: dict[str, str] = {
     "python": "naiad.backends.python.backend:PythonBackend",
+    "onnxruntime": "naiad.backends.onnxruntime.backend:OnnxBackend",
+    "pytorch": "naiad.backends.pytorch.backend:TorchBackend",
+    "tensorrt": "naiad.backends.tensorrt.backend:TensorRTBackend",
 }
+# The pyproject extra that brings each optional framework.
+_EXTRAS = {"pytorch": "torch", "onnxruntime": "onnxruntime"}
 _loaded: dict[str, Backend] = {}
 
 
@@ -23,5 +28,12 @@ def get_backend(name: str) -> Backend:
             f"unable to find backend library for backend '{name}', try specifying runtime on the model configuration."
         )
     module_name, _, attr = target.partition(":")
-    backend = _loaded[name] = getattr(importlib.import_module(module_name), attr)()
+    try:
+        module = importlib.import_module(module_name)
+    except ImportError as exc:
+        # An optional framework that isn't installed fails the models that need it, not the server.
+        raise unavailable(
+            f"unable to load backend '{name}': {exc}; install it (pip install 'naiad[{_EXTRAS.get(name, name)}]')"
+        ) from None
+    backend = _loaded[name] = getattr(module, attr)()
     return backend

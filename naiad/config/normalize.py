@@ -6,6 +6,8 @@ runs between ``detect_backend`` and ``fill_defaults``.
 
 from __future__ import annotations
 
+import os
+from functools import lru_cache
 from pathlib import Path
 
 from naiad.config import ModelConfig, pb
@@ -34,6 +36,24 @@ BACKEND_PLATFORMS: dict[str, str] = {
     "tensorrt": "tensorrt_plan",
 }
 
+# Backends that opt into Triton's default of two CPU instances (SetDefaultInstanceCount); the others get one,
+# since (Triton's note) pytorch and others gain little from more.
+_TWO_CPU_INSTANCES = {"onnxruntime", "tensorflow"}
+_DEFAULT_CPU_INSTANCE_COUNT = 2
+
+
+@lru_cache(maxsize=1)
+def gpu_ids() -> tuple[int, ...]:
+    """The GPUs this host exposes to models; the NVIDIA driver lists one folder per GPU. NAIAD_GPUS
+    ("0,1" or "") overrides what the driver says, e.g. to hide GPUs from the server."""
+    override = os.environ.get("NAIAD_GPUS")
+    if override is not None:
+        return tuple(int(g) for g in override.split(",") if g.strip())
+    try:
+        return tuple(range(len(os.listdir("/proc/driver/nvidia/gpus"))))
+    except OSError:
+        return ()
+
 
 def detect_backend(config: ModelConfig, version_dirs: list[Path]) -> None:
     """With neither backend nor platform set, Triton looks for a known model file in the versions."""
@@ -42,13 +62,15 @@ def detect_backend(config: ModelConfig, version_dirs: list[Path]) -> None:
         return
     if config.backend and not config.platform and config.backend in BACKEND_PLATFORMS:
         config.platform = BACKEND_PLATFORMS[config.backend]
-    if config.backend or config.platform:
-        return
-    for backend, filename in DEFAULT_FILENAMES.items():
-        if any((d / filename).exists() for d in version_dirs):
-            config.backend = backend
-            config.platform = BACKEND_PLATFORMS.get(backend, "")
-            return
+    if not config.backend and not config.platform:
+        for backend, filename in DEFAULT_FILENAMES.items():
+            if any((d / filename).exists() for d in version_dirs):
+                config.backend = backend
+                config.platform = BACKEND_PLATFORMS.get(backend, "")
+                break
+    # Framework backends read their file name from the config before auto-complete, as Triton fills it first.
+    if config.backend in BACKEND_PLATFORMS and not config.default_model_filename:
+        config.default_model_filename = DEFAULT_FILENAMES[config.backend]
 
 
 def fill_defaults(config: ModelConfig, model_name: str) -> None:
@@ -71,14 +93,19 @@ def _fill_instance_groups(config: ModelConfig) -> None:
     if not config.instance_group:
         # A group Triton adds itself is named after the model; unnamed given groups get an index.
         config.instance_group.add(name=config.name)
+    gpus = gpu_ids()
     for index, group in enumerate(config.instance_group):
         if not group.name:
             group.name = f"{config.name}_{index}"
-        if group.count < 1:
-            group.count = 1
-        # No GPUs here: KIND_AUTO resolves to KIND_CPU as Triton does on a CPU-only host.
+        # KIND_AUTO means GPU when every listed GPU (or any, if none listed) is present, else CPU.
         if group.kind == pb.ModelInstanceGroup.KIND_AUTO:
-            group.kind = pb.ModelInstanceGroup.KIND_CPU
+            usable = gpus and all(g in gpus for g in group.gpus)
+            group.kind = pb.ModelInstanceGroup.KIND_GPU if usable else pb.ModelInstanceGroup.KIND_CPU
+        if group.count < 1:
+            two = group.kind == pb.ModelInstanceGroup.KIND_CPU and config.backend in _TWO_CPU_INSTANCES
+            group.count = _DEFAULT_CPU_INSTANCE_COUNT if two else 1
+        if group.kind == pb.ModelInstanceGroup.KIND_GPU and not group.gpus:
+            group.gpus.extend(gpus)
 
 
 def _fill_dynamic_batching(config: ModelConfig) -> None:

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from naiad.config import ModelConfig, pb
-from naiad.config.normalize import DEFAULT_FILENAMES
+from naiad.config.normalize import DEFAULT_FILENAMES, gpu_ids
 from naiad.core.datatypes import WILDCARD, fixed_size, wildcard_count
 from naiad.core.errors import InferError, invalid
 
@@ -51,6 +51,25 @@ def validate(config: ModelConfig, folder_name: str) -> None:
     for group in config.instance_group:
         if group.count < 1:
             raise invalid(f"instance group {group.name} of model {config.name} must have count >= 1")
+        _validate_devices(group, config.name)
+
+
+def _validate_devices(group: pb.ModelInstanceGroup, model: str) -> None:
+    """Triton's ValidateInstanceGroup: GPU instances need GPUs that exist; other kinds name none."""
+    where = f"instance group {group.name} of model {model}"
+    if group.kind == pb.ModelInstanceGroup.KIND_GPU:
+        available = gpu_ids()
+        if not group.gpus:
+            raise invalid(f"{where} has kind KIND_GPU but no GPUs are available")
+        for gpu in group.gpus:
+            if gpu not in available:
+                raise invalid(
+                    f"{where} specifies invalid or unsupported gpu id {gpu}. GPUs with at least the minimum "
+                    f"required CUDA compute compatibility of 6.000000 are: {', '.join(map(str, available))}"
+                )
+    elif group.gpus:
+        kind = pb.ModelInstanceGroup.Kind.Name(group.kind)
+        raise invalid(f"{where} has kind {kind} but specifies one or more GPUs")
 
 
 def _validate_io(io: pb.ModelInput | pb.ModelOutput, config: ModelConfig, prefix: str) -> None:

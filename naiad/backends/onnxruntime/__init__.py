@@ -1,0 +1,1 @@
+"""Triton's onnxruntime backend: ``model.onnx`` through onnxruntime, auto-complete from the graph."""

@@ -1,0 +1,112 @@
+"""An instance that runs a framework model (onnxruntime, torch, TensorRT) on its own thread.
+
+The frameworks release the GIL while they compute, so each instance gets one worker thread and the event
+loop only hands it the requests of an execution: several instances run in parallel, and the loop keeps
+serving while a model computes. ``execute`` returns the executor's future, which the scheduler awaits
+without a task of its own.
+
+For a model with a batch dimension the requests of an execution run as one batch: inputs are joined along
+dimension 0 and outputs split back by each request's batch size (views, not copies).
+"""
+
+from __future__ import annotations
+
+import abc
+import asyncio
+import time
+from concurrent.futures import ThreadPoolExecutor
+
+import numpy as np
+
+from naiad.backends.base import Execution, ExecuteResult, Instance
+from naiad.config import ModelConfig
+from naiad.core.errors import InferError, internal
+from naiad.core.request import InferRequest, InferResponse
+
+
+class ThreadedInstance(Instance):
+    def __init__(self, name: str, model_name: str, version: int, config: ModelConfig) -> None:
+        self.name = name
+        self.model_name = model_name
+        self.version_str = str(version)
+        self.batching = config.max_batch_size > 0
+        self.output_names = [o.name for o in config.output]
+        # A scalar the framework returns for an output the config gives dims (e.g. [1]) takes those dims.
+        self.output_dims = {o.name: tuple(o.dims) for o in config.output}
+        self._executor = ThreadPoolExecutor(1, thread_name_prefix=f"naiad-{name}")
+
+    @abc.abstractmethod
+    def run(self, inputs: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+        """Run the model once on a full batch; called on the instance's thread. Raise InferError to fail it."""
+
+    def execute(self, requests: list[InferRequest]) -> ExecuteResult:
+        return asyncio.get_running_loop().run_in_executor(self._executor, self._execute, requests)
+
+    def _execute(self, requests: list[InferRequest]) -> Execution:
+        if self.batching and len(requests) > 1:
+            return self._execute_batch(requests)
+        responses: list[InferResponse] = []
+        input_ns = infer_ns = output_ns = 0
+        failed = False
+        # Without a batch dimension requests can't be joined: each runs alone.
+        for request in requests:
+            t0 = time.perf_counter_ns()
+            try:
+                t1 = time.perf_counter_ns()
+                outputs = self.run(request.inputs)
+                t2 = time.perf_counter_ns()
+                outputs = {n: self._shaped(n, a) for n, a in outputs.items()}
+                responses.append(InferResponse(self.model_name, self.version_str, request.id, outputs))
+            except Exception as exc:
+                t1 = t2 = time.perf_counter_ns()
+                responses.append(self._error(request, exc))
+                failed = True
+            t3 = time.perf_counter_ns()
+            input_ns += t1 - t0
+            infer_ns += t2 - t1
+            output_ns += t3 - t2
+        return Execution(responses, input_ns, infer_ns, output_ns, failed)
+
+    def _execute_batch(self, requests: list[InferRequest]) -> Execution:
+        t0 = time.perf_counter_ns()
+        try:
+            first = requests[0].inputs
+            inputs = {name: np.concatenate([r.inputs[name] for r in requests]) for name in first}
+            t1 = time.perf_counter_ns()
+            outputs = self.run(inputs)
+            t2 = time.perf_counter_ns()
+            total = sum(r.batch_size for r in requests)
+            responses = []
+            per_request: list[dict[str, np.ndarray]] = [{} for _ in requests]
+            for name, array in outputs.items():
+                array = self._shaped(name, array)
+                if array.ndim == 0 or array.shape[0] != total:
+                    raise internal(
+                        f"output '{name}' of model '{self.model_name}' has shape {list(array.shape)}, which does "
+                        f"not start with the batch size {total} of the {len(requests)} requests batched together"
+                    )
+                start = 0
+                for slot, request in zip(per_request, requests):
+                    slot[name] = array[start : start + request.batch_size]
+                    start += request.batch_size
+            responses = [
+                InferResponse(self.model_name, self.version_str, r.id, outs) for r, outs in zip(requests, per_request)
+            ]
+            t3 = time.perf_counter_ns()
+            return Execution(responses, t1 - t0, t2 - t1, t3 - t2)
+        except Exception as exc:
+            return Execution([self._error(r, exc) for r in requests], time.perf_counter_ns() - t0, failed=True)
+
+    def _shaped(self, name: str, array: np.ndarray) -> np.ndarray:
+        if array.ndim == 0 and not self.batching:
+            dims = self.output_dims.get(name)
+            if dims:
+                return array.reshape(dims)
+        return array
+
+    def _error(self, request: InferRequest, exc: BaseException) -> InferResponse:
+        error = exc if isinstance(exc, InferError) else internal(f"{type(exc).__name__}: {exc}")
+        return InferResponse(self.model_name, self.version_str, request.id, error=error)
+
+    def finalize(self) -> None:
+        self._executor.shutdown(wait=True)
