@@ -57,6 +57,8 @@ def gpu_ids() -> tuple[int, ...]:
 
 def detect_backend(config: ModelConfig, version_dirs: list[Path]) -> None:
     """With neither backend nor platform set, Triton looks for a known model file in the versions."""
+    if config.platform == "ensemble":
+        return  # composed of other models; no backend of its own
     if config.platform and not config.backend and config.platform in PLATFORM_BACKENDS:
         config.backend = PLATFORM_BACKENDS[config.platform]
         return
@@ -80,7 +82,10 @@ def fill_defaults(config: ModelConfig, model_name: str) -> None:
         config.default_model_filename = DEFAULT_FILENAMES["python"]
     if not config.HasField("version_policy"):
         config.version_policy.latest.num_versions = 1
-    if config.platform != "ensemble":
+    if config.platform == "ensemble":
+        # Triton's ensemble validation records whether any step is decoupled (none can be here yet).
+        config.model_transaction_policy.SetInParent()
+    else:
         _fill_instance_groups(config)
         if not config.HasField("optimization"):
             config.optimization.input_pinned_memory.enable = True

@@ -15,6 +15,7 @@ from typing import Any
 from naiad.backends.base import Core, VersionContext
 from naiad.backends.registry import get_backend
 from naiad.config import ModelConfig
+from naiad.config.ensemble import ENSEMBLE_PLATFORM, dependencies, validate_mapping, validate_scheduling
 from naiad.config.loader import load_config
 from naiad.config.normalize import detect_backend, fill_defaults
 from naiad.config.render import config_to_dict
@@ -22,8 +23,17 @@ from naiad.config.validate import validate, validate_identity
 from naiad.core.errors import STATUS_NAMES, InferError, internal, invalid, not_found, unavailable
 from naiad.repository.layout import model_dirs, select_versions, version_dirs
 from naiad.repository.model import ModelVersion
+from naiad.scheduling.ensemble import EnsembleVersion
 
 log = logging.getLogger("naiad.repository")
+
+
+def _is_ensemble(path: Path, config_name: str) -> bool:
+    try:
+        config, _ = load_config(path, config_name)
+    except InferError:
+        return False  # the normal load reports the broken config
+    return config.platform == ENSEMBLE_PLATFORM or config.HasField("ensemble_scheduling")
 
 
 @dataclass
@@ -61,6 +71,7 @@ class ModelRepository:
 
     def load_all(self) -> None:
         found: dict[str, list[Path]] = {}
+        ensembles: dict[str, Path] = {}
         for repo in self.options.paths:
             if not repo.is_dir():
                 log.error("model repository '%s' does not exist", repo)
@@ -73,9 +84,35 @@ class ModelRepository:
                 self.models[name] = entry
                 log.error("failed to load '%s': %s", name, entry.reason)
                 continue
+            if _is_ensemble(paths[0], self.options.config_name):
+                ensembles[name] = paths[0]
+                continue
             self.models[name] = self._load_model(name, paths[0])
+        self._load_ensembles(ensembles)
 
-    def _load_model(self, name: str, path: Path) -> ModelEntry:
+    def _load_ensembles(self, ensembles: dict[str, Path]) -> None:
+        """Ensembles load after the models they compose (nested ones after theirs), as Triton orders them."""
+        deps: dict[str, set[str]] = {}
+        for name, path in ensembles.items():
+            try:
+                config, _ = load_config(path, self.options.config_name)
+                deps[name] = {step for step, _ in dependencies(config)} & set(ensembles)
+            except InferError:
+                deps[name] = set()
+        remaining = dict(ensembles)
+        while remaining:
+            ready = [n for n in remaining if not deps[n] & set(remaining)]
+            if not ready:
+                for name in sorted(remaining):
+                    # Any ensemble in the cycle that depends on this one closes it.
+                    closing = next((o for o in sorted(remaining) if name in deps[o]), name)
+                    cycle = invalid(f"circular dependency between ensembles: {name} -> ... -> {closing} -> {name}")
+                    self.models[name] = self._load_model(name, remaining[name], cycle)
+                return
+            for name in ready:
+                self.models[name] = self._load_model(name, remaining.pop(name))
+
+    def _load_model(self, name: str, path: Path, failure: InferError | None = None) -> ModelEntry:
         """Poll (read and identify the config), then load each selected version, as Triton's two stages do:
         a poll failure hides the model; a load failure is reported per version."""
         entry = ModelEntry(name, path)
@@ -104,7 +141,13 @@ class ModelRepository:
                 config = backend.auto_complete(config, path, [versions[v] for v in selected])
             fill_defaults(config, name)
             validate(config, name)
-            if backend is None:
+            ensemble = config.platform == ENSEMBLE_PLATFORM or config.HasField("ensemble_scheduling")
+            if ensemble:
+                if failure is not None:
+                    raise failure
+                validate_scheduling(config)
+                validate_mapping(config, [self._composing(config, *dep) for dep in dependencies(config)])
+            elif backend is None:
                 raise invalid(f"unable to find backend for platform '{config.platform}' of model '{name}'")
         except InferError as exc:
             for version in selected:
@@ -114,6 +157,13 @@ class ModelRepository:
         entry.config_dict = config_to_dict(config)
         config_json = json.dumps(entry.config_dict)
         labels = self._labels(config, path)
+        if ensemble:
+            for version in selected:
+                entry.versions[version] = ModelVersion(name, version, config, entry.config_dict, EnsembleVersion(),
+                                                       labels, resolve=self.get)
+                log.info("successfully loaded '%s' version %d", name, version)
+            return entry
+        assert backend is not None
         options = self.options.backend_config.get(config.backend, {})
         for version in selected:
             started = time.perf_counter()
@@ -131,6 +181,32 @@ class ModelRepository:
             entry.versions[version] = model
             log.info("successfully loaded '%s' version %d", name, version)
         return entry
+
+    def _composing(self, config: ModelConfig, model: str, version: int) -> ModelConfig:
+        """The config of the version a step runs on, or why the ensemble can't load (Triton's words)."""
+        ensemble = config.name
+        entry = self.models.get(model)
+        if entry is None or (not entry.polled and not entry.reason):
+            missing = sorted({s for s, _ in dependencies(config) if s not in self.models})
+            raise invalid(
+                f"ensemble {ensemble} contains models that are not available or ambiguous: {', '.join(missing)}"
+            )
+        if not entry.polled:
+            raise invalid(
+                f"ensemble '{ensemble}' depends on '{model}' which is not valid. Model '{model}' failed with error: "
+                f"{entry.reason}"
+            )
+        if not entry.versions:
+            reason = entry.reason or next(iter(entry.failed.values()), "")
+            raise invalid(
+                f"ensemble '{ensemble}' depends on '{model}' which has no loaded version. Model '{model}' loading "
+                f"failed with error: {reason}"
+            )
+        if version >= 0 and version not in entry.versions:
+            raise invalid(f"ensemble '{ensemble}' depends on '{model}' whose required version {version} is not loaded.")
+        chosen = entry.versions[version] if version >= 0 else entry.latest()
+        assert chosen is not None
+        return chosen.config
 
     @staticmethod
     def _version_failed(entry: ModelEntry, version: int, error: InferError) -> None:

@@ -13,7 +13,9 @@ from naiad.core.datatypes import CONFIG_TO_WIRE
 from naiad.core.errors import InferError
 from naiad.core.request import InferRequest, InferResponse
 from naiad.core.stats import ModelStats
+from naiad.config.ensemble import ENSEMBLE_PLATFORM
 from naiad.scheduling.default import DefaultScheduler
+from naiad.scheduling.ensemble import EnsembleScheduler, Resolve
 
 
 def _io_metadata(ios: Any, batching: bool) -> list[dict[str, Any]]:
@@ -31,7 +33,7 @@ def _io_metadata(ios: Any, batching: bool) -> list[dict[str, Any]]:
 
 class ModelVersion:
     def __init__(self, name: str, version: int, config: ModelConfig, config_dict: dict[str, Any],
-                 loaded: LoadedVersion, labels: dict[str, list[str]]) -> None:
+                 loaded: LoadedVersion, labels: dict[str, list[str]], resolve: Resolve | None = None) -> None:
         self.name = name
         self.version = version
         self.version_str = str(version)
@@ -41,7 +43,12 @@ class ModelVersion:
         self.labels = labels  # output name -> class labels, for the classification extension
         self.signature = Signature(config)
         self.stats = ModelStats()
-        self.scheduler = DefaultScheduler(loaded.instances, self.stats)
+        self.scheduler: DefaultScheduler | EnsembleScheduler
+        if config.platform == ENSEMBLE_PLATFORM and resolve is not None:
+            # An ensemble runs its steps on the composing models that ``resolve`` finds.
+            self.scheduler = EnsembleScheduler(config, resolve, self.stats)
+        else:
+            self.scheduler = DefaultScheduler(loaded.instances, self.stats)
         self.platform = config.platform or config.backend
         batching = config.max_batch_size > 0
         self.inputs_metadata = _io_metadata(config.input, batching)
