@@ -61,8 +61,7 @@ def detect_backend(config: ModelConfig, version_dirs: list[Path]) -> None:
         return  # composed of other models; no backend of its own
     if config.platform and not config.backend and config.platform in PLATFORM_BACKENDS:
         config.backend = PLATFORM_BACKENDS[config.platform]
-        return
-    if config.backend and not config.platform and config.backend in BACKEND_PLATFORMS:
+    elif config.backend and not config.platform and config.backend in BACKEND_PLATFORMS:
         config.platform = BACKEND_PLATFORMS[config.backend]
     if not config.backend and not config.platform:
         for backend, filename in DEFAULT_FILENAMES.items():

@@ -1,0 +1,1 @@
+"""Triton's pytorch backend: TorchScript ``model.pt`` through torch (an optional dependency)."""
