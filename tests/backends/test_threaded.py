@@ -69,3 +69,39 @@ def test_failed_batch_fails_every_request() -> None:
     result = _execute(instance, [_request(1, 1.0), _request(2, -1.0)])
     assert result.failed
     assert [r.error.message for r in result.responses] == ["negative input", "negative input"]
+
+
+def test_fast_models_run_inline_until_a_slow_call() -> None:
+    import time
+
+    from naiad.backends import threaded
+
+    class Sleepy(Double):
+        delay = 0.0
+
+        def run(self, inputs: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+            time.sleep(self.delay)
+            return super().run(inputs)
+
+    instance = Sleepy()
+
+    async def main() -> None:
+        for _ in range(threaded._WARMUP_RUNS):
+            result = instance.execute([_request(1, 1.0)])
+            assert not isinstance(result, Execution)
+            await result
+        assert instance.inline
+        result = instance.execute([_request(1, 1.0)])
+        assert isinstance(result, Execution)  # answered on the loop: no thread hop
+        assert instance.calls[-1][0] == threading.current_thread().name
+        instance.delay = threaded.INLINE_BELOW_NS * 20 / 1e9  # one slow call sends the next ones to the thread
+        instance.execute([_request(1, 1.0)])
+        assert not instance.inline
+        pending = instance.execute([_request(1, 1.0)])
+        assert not isinstance(pending, Execution)
+        await pending
+
+    try:
+        asyncio.run(main())
+    finally:
+        instance.finalize()
