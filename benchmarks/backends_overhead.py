@@ -9,8 +9,9 @@ For each model and backend, two runs side by side, each one process pinned to th
   request carrying those tensors: req/s and latency at each connection level.
 
 Both sides use one intra-op thread (the core is one core) and one model instance, so the difference is what
-serving adds: HTTP, JSON, request checks, scheduling and the hop to the instance's thread. The overhead
-column is naiad's mean latency at one connection minus the direct call time.
+serving adds: HTTP, JSON, request checks, scheduling and the hop to the instance's thread (or not: fast models
+run inline). The overhead column is the time one request takes at one connection (1 / req/s, wrk's own time
+included) minus the direct call time; the ratio is naiad's req/s at the most connections over direct calls/s.
 
 Models: `add_sub` (FP32 [16] sum and difference, built here, cost dominated by overhead) and, when exported
 (tools/export_minilm.py, `--minilm REPO`), MiniLM with 16 tokens (cost dominated by compute).
@@ -233,7 +234,8 @@ def main(argv: list[str] | None = None) -> int:
     for row in rows:
         d, n = row["direct"], row["naiad"]
         cols = " ".join(f"{n[c]['rps']:>14.0f} {n[c]['mean_us']:>8.0f}" for c in args.connections)
-        overhead = n[min(args.connections)]["mean_us"] - d["us_per_call"]
+        # At one connection requests follow each other, so 1/rps is the time one request takes end to end.
+        overhead = 1e6 / n[min(args.connections)]["rps"] - d["us_per_call"]
         ratio = n[max(args.connections)]["rps"] / d["calls_per_s"]
         print(f"{row['model']:8} {row['backend']:12} {d['us_per_call']:>10.1f} {d['calls_per_s']:>9.0f} {cols} "
               f"{overhead:>12.0f} {ratio:>10.2f}x")
