@@ -28,9 +28,17 @@ from pathlib import Path
 
 import numpy as np
 import tritonclient.grpc as grpcclient
+from http_add_sub import (
+    DEFAULT_REPO,
+    PEERS_DIR,
+    PROJECT_DIR,
+    Server,
+    free_port,
+    start,
+    stop,
+    wait_ready,
+)
 from tritonclient.grpc import service_pb2 as pb
-
-from http_add_sub import DEFAULT_REPO, PEERS_DIR, PROJECT_DIR, Server, free_port, start, stop, wait_ready
 
 BENCH_DIR = Path(__file__).resolve().parent
 MODEL = "add_sub"
@@ -186,7 +194,7 @@ def main() -> int:
     print(f"{'server':<8} {'conns':>5} {'req/s':>10} {'mean ms':>8} {'errors':>6} {'vs triton':>9} {'vs echo':>8}")
     order = ["naiad", *PEERS]
     for r in sorted(results, key=lambda r: (r.connections, order.index(r.server))):
-        ratio = lambda v: f"{v:.2f}x" if v is not None else "-"  # noqa: E731
+        ratio = lambda v: f"{v:.2f}x" if v is not None else "-"
         print(f"{r.server:<8} {r.connections:>5} {r.rps:>10.1f} {r.mean_ms:>8.2f} {r.errors:>6} "
               f"{ratio(r.vs_triton):>9} {ratio(r.vs_echo):>8}")
     for name, why in failures.items():

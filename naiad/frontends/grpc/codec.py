@@ -15,7 +15,7 @@ import numpy as np
 from tritonclient.grpc import service_pb2 as pb
 
 from naiad.core.datatypes import WIRE_TO_NUMPY, serialize_bytes
-from naiad.core.errors import Code, InferError, invalid, not_found
+from naiad.core.errors import InferError, invalid, not_found
 from naiad.core.request import InferRequest, InferResponse, log_prefix
 from naiad.core.tensors import classify, from_buffer
 from naiad.repository.model import ModelVersion

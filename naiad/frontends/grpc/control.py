@@ -5,12 +5,20 @@ shared memory, trace and log settings. Control plane: clarity over speed, answer
 from __future__ import annotations
 
 import os
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 from google.protobuf import json_format
 from tritonclient.grpc import service_pb2 as pb
 
-from naiad.core.errors import Code, InferError, internal, invalid, not_found, unavailable
+from naiad.core.errors import (
+    Code,
+    InferError,
+    internal,
+    invalid,
+    not_found,
+    unavailable,
+)
 from naiad.frontends.grpc.codec import parse_version
 from naiad.service import Service
 

@@ -11,7 +11,8 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections import deque
-from typing import Any, AsyncIterator
+from collections.abc import AsyncIterator
+from typing import Any
 
 from tritonclient.grpc import service_pb2 as pb
 

@@ -4,8 +4,8 @@ these before deciding what to start."""
 from __future__ import annotations
 
 import argparse
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Callable
 
 # Triton's limit on both directions (grpc_server.cc): any message an int32 length can frame.
 MAX_MESSAGE_SIZE = 2**31 - 1

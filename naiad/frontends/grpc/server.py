@@ -8,7 +8,8 @@ messages' own (de)serializers, so no servicer class sits between grpc and the ha
 from __future__ import annotations
 
 import logging
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 import grpc
 from grpc import aio

@@ -10,7 +10,7 @@ Other collectors join the same default ``REGISTRY``: the response cache's ``nv_c
 
 from __future__ import annotations
 
-from typing import Iterator
+from collections.abc import Iterator
 
 import psutil
 from prometheus_client.core import GaugeMetricFamily, Metric

@@ -9,7 +9,12 @@ from __future__ import annotations
 import asyncio
 import logging
 
-from prometheus_client import GC_COLLECTOR, PLATFORM_COLLECTOR, PROCESS_COLLECTOR, REGISTRY
+from prometheus_client import (
+    GC_COLLECTOR,
+    PLATFORM_COLLECTOR,
+    PROCESS_COLLECTOR,
+    REGISTRY,
+)
 
 from naiad.frontends.http.protocol import HttpProtocol
 from naiad.frontends.http.routes import Reply

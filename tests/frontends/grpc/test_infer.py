@@ -99,7 +99,7 @@ def _aio_inputs(**arrays: np.ndarray) -> list[aioclient.InferInput]:
 
 def _sample(datatype: str) -> np.ndarray:
     if datatype == "BYTES":
-        return np.array([b"one", b"", "three".encode()], dtype=np.object_)
+        return np.array([b"one", b"", b"three"], dtype=np.object_)
     if datatype == "BOOL":
         return np.array([True, False, True])
     dtype = {"FP16": np.float16, "FP32": np.float32, "FP64": np.float64}.get(datatype) or np.dtype(datatype.lower())

@@ -5,12 +5,11 @@ from __future__ import annotations
 
 import asyncio
 import queue
+from collections.abc import AsyncIterator
 from pathlib import Path
-from typing import AsyncIterator
 
 import grpc
 import numpy as np
-import pytest
 import tritonclient.grpc as grpcclient
 import tritonclient.grpc.aio as aioclient
 from tritonclient.grpc import service_pb2, service_pb2_grpc

@@ -97,6 +97,7 @@ def test_counts_agree_with_stats(server: RunningServer) -> None:
     families = _scrape(server)
     for model, version in (("add_sub", "1"), ("fail", "1")):
         status, _, body = server.request("GET", f"/v2/models/{model}/versions/{version}/stats")
+        assert status == 200
         stats = json.loads(body)["model_stats"][0]
         inference = stats["inference_stats"]
         labels = {"model": model, "version": version}
