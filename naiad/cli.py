@@ -9,6 +9,8 @@ import sys
 from pathlib import Path
 
 from naiad import __version__
+from naiad.frontends.grpc import options as grpc_options
+from naiad.frontends.metrics import options as metrics_options
 
 
 def _bool(value: str | bool) -> bool:
@@ -59,6 +61,8 @@ def build_parser() -> argparse.ArgumentParser:
     serve.add_argument("--http-address", default="0.0.0.0")
     serve.add_argument("--http-max-input-size", type=int, default=64 * 1024 * 1024,
                        help="largest request body accepted, in bytes")
+    grpc_options.add_arguments(serve, _flag)
+    metrics_options.add_arguments(serve, _flag)
     serve.add_argument("--backend-config", action="append", default=[], metavar="BACKEND,KEY=VALUE")
     serve.add_argument("--log-verbose", type=int, default=0)
     _flag(serve, "--log-info", True, "log informational messages")
@@ -99,6 +103,8 @@ def serve(args: argparse.Namespace) -> int:
         http_port=args.http_port,
         http_max_input_size=args.http_max_input_size,
         backend_config=_backend_config(args.backend_config),
+        grpc=grpc_options.from_args(args),
+        metrics=metrics_options.from_args(args),
     )
     try:
         import uvloop

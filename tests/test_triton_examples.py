@@ -1,7 +1,7 @@
 """Triton's example models (``simple``, ``simple_int8``, ``simple_string`` as ONNX graphs built here with the
 same names, datatypes, dims and arithmetic; ``simple_identity`` in Python), driven the way Triton's own example
 clients drive them: simple_http_infer_client, simple_http_string_infer_client, grpc_explicit_int8_content_client
-and their gRPC twins (those run once the server speaks gRPC)."""
+and their gRPC twins."""
 
 from __future__ import annotations
 
@@ -11,10 +11,9 @@ import numpy as np
 import pytest
 import tritonclient.http as httpclient
 
-from naiad.cli import build_parser
 from tests import onnx_graphs as g
 from tests.models import write_model
-from tests.server import RunningServer, free_port
+from tests.server import RunningServer
 
 SIMPLE = """
     name: "{name}"
@@ -42,11 +41,6 @@ IDENTITY_PY = """
 """
 
 
-def _speaks_grpc() -> bool:
-    serve = next(a for a in build_parser()._subparsers._group_actions[0].choices.values())  # type: ignore[union-attr]
-    return any("--grpc-port" in action.option_strings for action in serve._actions)
-
-
 @pytest.fixture(scope="module")
 def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RunningServer]:
     repo = tmp_path_factory.mktemp("examples")
@@ -54,14 +48,7 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RunningServer]:
     g.write(repo, "simple_int8", g.add_sub("TYPE_INT8", [16]), SIMPLE.format(name="simple_int8", t="TYPE_INT8"))
     g.write(repo, "simple_string", g.string_add_sub([16]), SIMPLE.format(name="simple_string", t="TYPE_STRING"))
     write_model(repo, "simple_identity", IDENTITY_CONFIG, IDENTITY_PY)
-    extra: list[str] = []
-    grpc_url = ""
-    if _speaks_grpc():
-        port = free_port()
-        extra = ["--grpc-port", str(port)]
-        grpc_url = f"127.0.0.1:{port}"
-    running = RunningServer([repo], *extra)
-    running.grpc_url = grpc_url  # type: ignore[attr-defined]
+    running = RunningServer([repo])
     yield running
     running.stop()
 
@@ -74,11 +61,9 @@ def http(server: RunningServer) -> Iterator[httpclient.InferenceServerClient]:
 
 @pytest.fixture
 def grpc(server: RunningServer):
-    if not server.grpc_url:  # type: ignore[attr-defined]
-        pytest.skip("this build serves HTTP only")
     import tritonclient.grpc as grpcclient
 
-    with grpcclient.InferenceServerClient(server.grpc_url) as c:  # type: ignore[attr-defined]
+    with grpcclient.InferenceServerClient(server.grpc_url) as c:
         yield c
 
 
@@ -145,7 +130,7 @@ def test_grpc_explicit_int8_content_client(server: RunningServer, grpc) -> None:
     import grpc as grpclib
     from tritonclient.grpc import service_pb2, service_pb2_grpc
 
-    with grpclib.insecure_channel(server.grpc_url) as channel:  # type: ignore[attr-defined]
+    with grpclib.insecure_channel(server.grpc_url) as channel:
         stub = service_pb2_grpc.GRPCInferenceServiceStub(channel)
         request = service_pb2.ModelInferRequest(model_name="simple_int8")
         for name, values in (("INPUT0", list(range(16))), ("INPUT1", [1] * 16)):

@@ -66,6 +66,7 @@ class ModelVersion:
         return future
 
     def _complete(self, request: InferRequest, response: InferResponse, failed: bool, future: asyncio.Future) -> None:
+        reason = "BACKEND"
         if response.error is None:
             try:
                 response.outputs = self.signature.select_outputs(response.outputs, request)
@@ -73,8 +74,12 @@ class ModelVersion:
                 response.outputs = {}
                 response.error = exc
                 failed = True
+                reason = "OTHER"
         elapsed = time.perf_counter_ns() - request.arrival_ns
-        (self.stats.fail if failed else self.stats.success).add(elapsed)
+        if failed:
+            self.stats.record_failure(elapsed, reason)
+        else:
+            self.stats.success.add(elapsed)
         response.model_version = self.version_str
         if not future.done():
             future.set_result(response)

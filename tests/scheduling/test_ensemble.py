@@ -356,3 +356,22 @@ def test_scheduling_rules(change, message: str) -> None:
     with pytest.raises(InferError) as raised:
         validate_scheduling(config)
     assert raised.value.message == message
+
+
+def test_over_grpc(server: RunningServer) -> None:
+    import tritonclient.grpc as grpcclient
+
+    a = np.full((2, 4), 3, dtype=np.float32)
+    b = np.ones((2, 4), dtype=np.float32)
+    with grpcclient.InferenceServerClient(server.grpc_url) as client:
+        inputs = [grpcclient.InferInput("RAW0", [2, 4], "FP32"), grpcclient.InferInput("RAW1", [2, 4], "FP32")]
+        inputs[0].set_data_from_numpy(a)
+        inputs[1].set_data_from_numpy(b)
+        result = client.infer("pipeline", inputs)
+        np.testing.assert_allclose(result.as_numpy("PRODUCT"), (a * 2 - b * 2) * (a * 2 + b * 2))
+        assert result.as_numpy("LABEL").tolist() == [[b"positive"]] * 2
+        inputs[0].set_data_from_numpy(b)  # RAW0 < RAW1: the post step answers with an error
+        inputs[1].set_data_from_numpy(a)
+        with pytest.raises(InferenceServerException) as raised:
+            client.infer("pipeline", inputs)
+        assert raised.value.message() == "in ensemble 'pipeline', step 3 (model 'post'): negative product"
