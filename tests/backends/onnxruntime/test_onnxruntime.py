@@ -96,6 +96,7 @@ def repo(tmp_path_factory: pytest.TempPathFactory) -> Path:
     repo = tmp_path_factory.mktemp("onnx")
     g.write(repo, "auto", g.add_sub("TYPE_INT32", [16]))  # no config.pbtxt at all
     g.write(repo, "auto_nobatch", g.add_sub("TYPE_FP32", [4], batch=False))
+    g.write(repo, "all_types_auto", _all_types_model())
     all_types = "\n".join(
         f'{{ name: "{kind}_{t[5:]}", data_type: {t}, dims: [ 3 ] }},' for t in DTYPES for kind in ("IN",)
     )
@@ -183,6 +184,15 @@ def test_auto_complete_from_graph(client: httpclient.InferenceServerClient) -> N
     nobatch = client.get_model_config("auto_nobatch")
     assert nobatch["max_batch_size"] == 0 and nobatch["input"][0]["dims"] == [4]
     assert "dynamic_batching" not in nobatch
+
+
+def test_auto_complete_every_datatype(client: httpclient.InferenceServerClient) -> None:
+    config = client.get_model_config("all_types_auto")
+    assert [(i["name"], i["data_type"], i["dims"]) for i in config["input"]] == [
+        (f"IN_{t[5:]}", t, [3]) for t in DTYPES]
+    assert [o["data_type"] for o in config["output"]] == list(DTYPES)
+    metadata = client.get_model_metadata("all_types_auto")
+    assert metadata["inputs"][-1] == {"name": "IN_STRING", "datatype": "BYTES", "shape": [-1, 3]}
 
 
 def test_infer_auto_completed(client: httpclient.InferenceServerClient) -> None:
