@@ -28,7 +28,6 @@ import subprocess
 import sys
 import tempfile
 import textwrap
-import time
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -37,7 +36,7 @@ PROJECT_DIR = BENCH_DIR.parent
 sys.path.insert(0, str(BENCH_DIR))
 sys.path.insert(0, str(PROJECT_DIR))
 
-from http_add_sub import Server, free_port, start, stop, wait_ready  # noqa: E402
+from http_add_sub import Server, free_port, start, stop, wait_ready
 
 WRK_DONE = """
 done = function(summary, latency, requests)
@@ -103,7 +102,7 @@ def add_sub_cases(workdir: Path) -> list[Case]:
     import torch
     from onnx import TensorProto, helper
 
-    io = lambda n: helper.make_tensor_value_info(n, TensorProto.FLOAT, ["batch", 16])  # noqa: E731
+    io = lambda n: helper.make_tensor_value_info(n, TensorProto.FLOAT, ["batch", 16])
     graph = helper.make_graph([helper.make_node("Add", ["INPUT0", "INPUT1"], ["OUTPUT0"]),
                                helper.make_node("Sub", ["INPUT0", "INPUT1"], ["OUTPUT1"])], "add_sub",
                               [io("INPUT0"), io("INPUT1")], [io("OUTPUT0"), io("OUTPUT1")])

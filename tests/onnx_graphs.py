@@ -41,7 +41,7 @@ def tensor(name: str, dtype: str, shape: list) -> onnx.ValueInfoProto:
 def add_sub(dtype: str, dims: list, batch: bool = True) -> onnx.ModelProto:
     """Triton's ``simple``: OUTPUT0 = INPUT0 + INPUT1, OUTPUT1 = INPUT0 - INPUT1."""
     shape = (["batch"] if batch else []) + dims
-    io = lambda n: tensor(n, dtype, shape)  # noqa: E731
+    io = lambda n: tensor(n, dtype, shape)
     nodes = [helper.make_node("Add", ["INPUT0", "INPUT1"], ["OUTPUT0"]),
              helper.make_node("Sub", ["INPUT0", "INPUT1"], ["OUTPUT1"])]
     return model(nodes, [io("INPUT0"), io("INPUT1")], [io("OUTPUT0"), io("OUTPUT1")])
@@ -58,7 +58,7 @@ def string_add_sub(dims: list) -> onnx.ModelProto:
         helper.make_node("Cast", ["S"], ["OUTPUT0"], to=TensorProto.STRING),
         helper.make_node("Cast", ["D"], ["OUTPUT1"], to=TensorProto.STRING),
     ]
-    io = lambda n: tensor(n, "TYPE_STRING", shape)  # noqa: E731
+    io = lambda n: tensor(n, "TYPE_STRING", shape)
     return model(nodes, [io("INPUT0"), io("INPUT1")], [io("OUTPUT0"), io("OUTPUT1")])
 
 

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Dict, List, Tuple
 
 import torch
 
@@ -11,7 +10,7 @@ import torch
 class AddSub(torch.nn.Module):
     """Inputs by forward argument name; two outputs."""
 
-    def forward(self, INPUT0: torch.Tensor, INPUT1: torch.Tensor) -> Tuple[torch.Tensor, torch.Tensor]:
+    def forward(self, INPUT0: torch.Tensor, INPUT1: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         return INPUT0 + INPUT1, INPUT0 - INPUT1
 
 
@@ -23,14 +22,14 @@ class Ordered(torch.nn.Module):
 
 
 class DictInput(torch.nn.Module):
-    def forward(self, inputs: Dict[str, torch.Tensor]) -> torch.Tensor:
+    def forward(self, inputs: dict[str, torch.Tensor]) -> torch.Tensor:
         return inputs["A"] * 10 + inputs["B"]
 
 
 class Upper(torch.nn.Module):
     """List[str] in, List[str] out: Triton's string support for TorchScript."""
 
-    def forward(self, words: List[str]) -> List[str]:
+    def forward(self, words: list[str]) -> list[str]:
         return [w.upper() for w in words]
 
 

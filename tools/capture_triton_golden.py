@@ -48,10 +48,11 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Iterator, Optional, Sequence
+from typing import Any
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 GOOD_REPO = REPO_ROOT / "tests" / "golden_models"
@@ -102,7 +103,7 @@ def start_triton(
     port_base: int,
     log_path: Path,
     extra_flags: Sequence[str] = (),
-    env_extra: Optional[dict[str, str]] = None,
+    env_extra: dict[str, str] | None = None,
 ) -> TritonRun:
     """Start Triton in the background (use wait_started to wait for HTTP)."""
     env = clean_environment()
@@ -139,7 +140,7 @@ def wait_started(run: TritonRun, timeout_s: float = 180.0) -> str:
     return "timeout"
 
 
-def stop_triton(run: TritonRun, timeout_s: float = 60.0) -> Optional[int]:
+def stop_triton(run: TritonRun, timeout_s: float = 60.0) -> int | None:
     """Stop the server started by start_triton (by its PID only)."""
     if run.process.poll() is None:
         run.process.send_signal(signal.SIGTERM)
@@ -158,7 +159,7 @@ def triton(
     port_base: int,
     log_path: Path,
     extra_flags: Sequence[str] = (),
-    env_extra: Optional[dict[str, str]] = None,
+    env_extra: dict[str, str] | None = None,
 ) -> Iterator[TritonRun]:
     run = start_triton(peer, repo, port_base, log_path, extra_flags, env_extra)
     outcome = wait_started(run)
@@ -176,7 +177,7 @@ def triton(
 # --------------------------------------------------------------------------
 
 
-def encode_body_for_record(body: Optional[bytes]) -> dict[str, Any]:
+def encode_body_for_record(body: bytes | None) -> dict[str, Any]:
     if body is None:
         return {}
     try:
@@ -229,8 +230,8 @@ def do_request(
     port: int,
     method: str,
     path: str,
-    body: Optional[bytes] = None,
-    headers: Optional[dict[str, str]] = None,
+    body: bytes | None = None,
+    headers: dict[str, str] | None = None,
     timeout_s: float = 60.0,
 ) -> dict[str, Any]:
     conn = http.client.HTTPConnection("127.0.0.1", port, timeout=timeout_s)
@@ -259,8 +260,8 @@ class Recorder:
         description: str,
         method: str,
         path: str,
-        body: Optional[bytes | str | Json] = None,
-        headers: Optional[dict[str, str]] = None,
+        body: bytes | str | Json | None = None,
+        headers: dict[str, str] | None = None,
         record_body: bool = True,
     ) -> dict[str, Any]:
         """Send a request and write `<out_dir>/<name>.json`.
@@ -301,7 +302,7 @@ class Recorder:
 # --------------------------------------------------------------------------
 
 
-def fp32_input(name: str, data: list[Any], shape: Optional[list[int]] = None) -> dict[str, Any]:
+def fp32_input(name: str, data: list[Any], shape: list[int] | None = None) -> dict[str, Any]:
     return {"name": name, "shape": shape if shape is not None else [len(data)],
             "datatype": "FP32", "data": data}
 
@@ -340,7 +341,7 @@ def binary_headers(header_len: int | str) -> dict[str, str]:
 
 def add_sub_binary(
     sizes: tuple[int, int] = (16, 16),
-    blobs: Optional[tuple[bytes, bytes]] = None,
+    blobs: tuple[bytes, bytes] | None = None,
     **extra: Any,
 ) -> tuple[bytes, int]:
     header: dict[str, Any] = {
@@ -1280,7 +1281,7 @@ def write_summary(out: Path) -> None:
     (out / "summary.md").write_text("\n".join(lines))
 
 
-def main(argv: Optional[list[str]] = None) -> int:
+def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--peer", type=Path,
                         default=Path(os.environ.get("NAIAD_TRITON_PEER", DEFAULT_PEER)),

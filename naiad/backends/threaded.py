@@ -24,7 +24,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 
-from naiad.backends.base import Execution, ExecuteResult, Instance
+from naiad.backends.base import ExecuteResult, Execution, Instance
 from naiad.config import ModelConfig
 from naiad.core.errors import InferError, internal
 from naiad.core.request import InferRequest, InferResponse

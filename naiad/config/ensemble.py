@@ -28,8 +28,8 @@ class _Node:
     name: str
     written: bool = False
     ready: bool = False
-    prev: list["_Node"] = field(default_factory=list)
-    next: list["_Node"] = field(default_factory=list)
+    prev: list[_Node] = field(default_factory=list)
+    next: list[_Node] = field(default_factory=list)
 
 
 def validate_scheduling(config: ModelConfig) -> None:
@@ -113,7 +113,7 @@ def _not_written(node: _Node, ensemble: str) -> str:
 
 
 class _Tensor:
-    __slots__ = ("model", "data_type", "dims", "full_dims")
+    __slots__ = ("data_type", "dims", "full_dims", "model")
 
     def __init__(self, model: str, batching: bool, data_type: int, dims: list[int]) -> None:
         self.model = model

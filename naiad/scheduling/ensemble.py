@@ -12,7 +12,8 @@ from __future__ import annotations
 
 import asyncio
 import time
-from typing import Any, Callable, Protocol
+from collections.abc import Callable
+from typing import Any, Protocol
 
 import numpy as np
 
@@ -28,7 +29,7 @@ Done = Callable[[InferRequest, InferResponse, bool], None]
 class Composing(Protocol):
     """What a step needs of a composing model version (``naiad.repository.model.ModelVersion``)."""
 
-    def submit(self, request: InferRequest) -> "asyncio.Future[InferResponse]": ...
+    def submit(self, request: InferRequest) -> asyncio.Future[InferResponse]: ...
 
 
 # (model name, version: "" = newest ready) -> the version that runs the step; raises InferError.
@@ -43,7 +44,7 @@ class EnsembleVersion(LoadedVersion):
 
 
 class _Step:
-    __slots__ = ("index", "model_name", "version", "inputs", "outputs", "needs")
+    __slots__ = ("index", "inputs", "model_name", "needs", "outputs", "version")
 
     def __init__(self, index: int, step: Any) -> None:
         self.index = index
@@ -95,8 +96,17 @@ class EnsembleScheduler:
 class _Context:
     """One ensemble request on its way through the steps."""
 
-    __slots__ = ("scheduler", "request", "done", "tensors", "started", "in_flight", "error", "failed_step",
-                 "started_ns")
+    __slots__ = (
+        "done",
+        "error",
+        "failed_step",
+        "in_flight",
+        "request",
+        "scheduler",
+        "started",
+        "started_ns",
+        "tensors",
+    )
 
     def __init__(self, scheduler: EnsembleScheduler, request: InferRequest, done: Done) -> None:
         self.scheduler = scheduler
@@ -152,7 +162,7 @@ class _Context:
         self.in_flight += 1
         future.add_done_callback(lambda f, s=step: self._step_done(s, f))
 
-    def _step_done(self, step: _Step, future: "asyncio.Future[InferResponse]") -> None:
+    def _step_done(self, step: _Step, future: asyncio.Future[InferResponse]) -> None:
         self.in_flight -= 1
         if self.error is None:
             if future.cancelled():

@@ -44,7 +44,7 @@ DEFAULT_MAX_BATCH_SIZE = 4
 
 
 class TensorInfo:
-    __slots__ = ("name", "data_type", "dims")
+    __slots__ = ("data_type", "dims", "name")
 
     def __init__(self, arg: Any) -> None:
         self.name: str = arg.name

@@ -15,8 +15,8 @@ from tritonclient.utils import InferenceServerException, np_to_triton_dtype
 
 pytest.importorskip("torch")
 
-from tests import torch_models as tm  # noqa: E402
-from tests.server import RunningServer  # noqa: E402
+from tests import torch_models as tm
+from tests.server import RunningServer
 
 TYPES = [("b", "TYPE_BOOL", np.bool_), ("u8", "TYPE_UINT8", np.uint8), ("i8", "TYPE_INT8", np.int8),
          ("i16", "TYPE_INT16", np.int16), ("i32", "TYPE_INT32", np.int32), ("i64", "TYPE_INT64", np.int64),
