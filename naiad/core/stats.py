@@ -36,7 +36,7 @@ class ModelStats:
     """Counters for one model version. Single-threaded: only the event loop touches them."""
 
     __slots__ = ("inference_count", "execution_count", "last_inference_ms", "durations", "batch", "success", "fail",
-                 "queue", "compute_input", "compute_infer", "compute_output")
+                 "queue", "compute_input", "compute_infer", "compute_output", "cache_hit", "cache_miss")
 
     def __init__(self) -> None:
         self.inference_count = 0
@@ -49,6 +49,8 @@ class ModelStats:
         self.compute_input = self.durations["compute_input"]
         self.compute_infer = self.durations["compute_infer"]
         self.compute_output = self.durations["compute_output"]
+        self.cache_hit = self.durations["cache_hit"]
+        self.cache_miss = self.durations["cache_miss"]
         # batch size -> [compute_input, compute_infer, compute_output] durations
         self.batch: dict[int, tuple[Duration, Duration, Duration]] = {}
 

@@ -22,6 +22,8 @@ from naiad.config.validate import validate, validate_identity
 from naiad.core.errors import STATUS_NAMES, InferError, internal, invalid, not_found, unavailable
 from naiad.repository.layout import model_dirs, select_versions, version_dirs
 from naiad.repository.model import ModelVersion
+from naiad.scheduling.cache import ResponseCache
+from naiad.scheduling.rate_limiter import RateLimiter
 
 log = logging.getLogger("naiad.repository")
 
@@ -51,6 +53,8 @@ class RepositoryOptions:
     config_name: str = ""
     auto_complete: bool = True
     backend_config: dict[str, dict[str, str]] = field(default_factory=dict)
+    response_cache: ResponseCache | None = None  # --cache-config: shared by every model that enables it
+    rate_limiter: RateLimiter | None = None  # --rate-limit execution_count
 
 
 class ModelRepository:
@@ -126,7 +130,13 @@ class ModelRepository:
             except Exception as exc:  # a model's own bug is a failed load, not a dead server
                 self._version_failed(entry, version, internal(f"{type(exc).__name__}: {exc}"))
                 continue
-            model = ModelVersion(name, version, config, entry.config_dict, loaded, labels)
+            try:
+                model = ModelVersion(name, version, config, entry.config_dict, loaded, labels,
+                                     self.options.response_cache, self.options.rate_limiter, path)
+            except InferError as exc:
+                loaded.unload()
+                self._version_failed(entry, version, exc)
+                continue
             model.load_seconds = time.perf_counter() - started
             entry.versions[version] = model
             log.info("successfully loaded '%s' version %d", name, version)
