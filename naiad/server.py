@@ -65,6 +65,7 @@ class Server:
 
     async def start(self) -> None:
         self.repository.load_all()
+        await self.repository.warm_up()  # before any front end opens: no version is READY un-warmed
         for row in self.repository.index():
             log.info("model %-24s version %-4s %s%s", row["name"], row.get("version", "-"), row["state"],
                      f" ({row['reason']})" if row.get("reason") else "")

@@ -22,6 +22,7 @@ from naiad.config.validate import validate, validate_identity
 from naiad.core.errors import STATUS_NAMES, InferError, internal, invalid, not_found, unavailable
 from naiad.repository.layout import model_dirs, select_versions, version_dirs
 from naiad.repository.model import ModelVersion
+from naiad.repository.warmup import warm_up
 from naiad.scheduling.cache import ResponseCache
 from naiad.scheduling.rate_limiter import RateLimiter
 
@@ -141,6 +142,28 @@ class ModelRepository:
             entry.versions[version] = model
             log.info("successfully loaded '%s' version %d", name, version)
         return entry
+
+    async def warm_up(self) -> None:
+        """Run every loaded version's ``model_warmup``; a version whose warmup fails is unloaded and reported,
+        so none is READY before its warmup completed."""
+        for entry in self.models.values():
+            for version, model in list(entry.versions.items()):
+                if not model.config.model_warmup:
+                    continue
+                try:
+                    await warm_up(model, entry.path)
+                except InferError as exc:
+                    error = exc
+                except Exception as exc:  # a model's own bug is a failed load, not a dead server
+                    error = internal(f"{type(exc).__name__}: {exc}")
+                else:
+                    continue
+                del entry.versions[version]
+                try:
+                    model.unload()
+                except Exception:
+                    log.exception("finalize() of '%s' version %d failed", entry.name, version)
+                self._version_failed(entry, version, error)
 
     @staticmethod
     def _version_failed(entry: ModelEntry, version: int, error: InferError) -> None:
