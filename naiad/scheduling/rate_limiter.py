@@ -69,7 +69,7 @@ class RateLimiter:
                 available = self._available(key)
                 if available is not None and available < count:
                     raise invalid(
-                        f"Resource count for '{key[0]}' is limited to {available} which will prevent scheduling of "
+                        f'Resource count for "{key[0]}" is limited to {available} which will prevent scheduling of '
                         f"one or more model instances, the minimum required count is {count}"
                     )
                 self._total[key] = max(self._total.get(key, 0), count) if available is None else available
