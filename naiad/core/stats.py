@@ -55,11 +55,12 @@ class ModelStats:
         self.batch: dict[int, tuple[Duration, Duration, Duration]] = {}
 
     def record_execution(self, batch_size: int, input_ns: int, infer_ns: int, output_ns: int,
-                         failed: bool = False) -> None:
-        """One backend execution covering ``batch_size`` inferences; a failed one infers nothing."""
+                         failed: bool = False, inferences: int | None = None) -> None:
+        """One backend execution covering ``batch_size`` inferences; a failed one infers nothing. ``inferences``
+        is less than ``batch_size`` when the batch holds padding (the sequence batcher's not-READY rows)."""
         self.execution_count += 1
         if not failed:
-            self.inference_count += batch_size
+            self.inference_count += batch_size if inferences is None else inferences
             self.last_inference_ms = time.time_ns() // 1_000_000
         per_batch = self.batch.get(batch_size)
         if per_batch is None:

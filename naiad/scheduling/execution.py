@@ -57,11 +57,11 @@ def record(stats: ModelStats, requests: list[InferRequest], result: Execution, s
            batch_size: int | None = None) -> None:
     """Triton's accounting for one execution: the batch (``batch_size`` counts padding requests too, as the
     backend reports them), and, for requests that completed, their queue and compute times."""
-    if batch_size is None:
-        batch_size = 0
-        for r in requests:
-            batch_size += r.batch_size or 1
-    stats.record_execution(batch_size, result.input_ns, result.infer_ns, result.output_ns, result.failed)
+    inferences = 0
+    for r in requests:
+        inferences += r.batch_size or 1
+    stats.record_execution(inferences if batch_size is None else batch_size, result.input_ns, result.infer_ns,
+                           result.output_ns, result.failed, inferences)
     if not result.failed:
         n = len(requests)
         queue_ns = 0

@@ -130,13 +130,19 @@ def test_interleaved_sequences_keep_their_own_state(client: httpclient.Inference
     assert _send(client, "accumulate", 30, 22, end=True)[0] == 60
 
 
-def test_direct_pads_empty_slots_with_not_ready_rows(client: httpclient.InferenceServerClient) -> None:
+def test_direct_pads_empty_slots_with_not_ready_rows(server: RunningServer,
+                                                     client: httpclient.InferenceServerClient) -> None:
     _send(client, "accumulate", 1, 101, start=True)  # slot 0
     _send(client, "accumulate", 1, 102, start=True)  # slot 1
     total, info = _send(client, "accumulate", 1, 102, end=True)  # only slot 1 has work: slot 0 is padding
     assert total == 2
     assert info["batch"] == 2 and info["ready"] == [0.0, 1.0]
     _send(client, "accumulate", 1, 101, end=True)
+    with httpclient.InferenceServerClient(server.url) as c:
+        stats = c.get_inference_statistics("accumulate")["model_stats"][0]
+    # As in Triton: the padded execution shows as a batch of 2 but infers only the real request.
+    assert stats["inference_count"] == stats["inference_stats"]["success"]["count"]
+    assert 2 in {b["batch_size"] for b in stats["batch_stats"]}
 
 
 def test_string_ids_reach_a_string_corrid(client: httpclient.InferenceServerClient) -> None:
