@@ -9,6 +9,8 @@ import sys
 from pathlib import Path
 
 from naiad import __version__
+from naiad.frontends.grpc import options as grpc_options
+from naiad.frontends.metrics import options as metrics_options
 
 
 def _bool(value: str | bool) -> bool:
@@ -59,6 +61,8 @@ def build_parser() -> argparse.ArgumentParser:
     serve.add_argument("--http-address", default="0.0.0.0")
     serve.add_argument("--http-max-input-size", type=int, default=64 * 1024 * 1024,
                        help="largest request body accepted, in bytes")
+    grpc_options.add_arguments(serve, _flag)
+    metrics_options.add_arguments(serve, _flag)
     serve.add_argument("--backend-config", action="append", default=[], metavar="BACKEND,KEY=VALUE")
     serve.add_argument("--cache-config", action="append", default=[], metavar="CACHE,KEY=VALUE",
                        help="response cache, e.g. local,size=1048576 (models opt in with response_cache)")
@@ -108,6 +112,8 @@ def serve(args: argparse.Namespace) -> int:
         cache_config=args.cache_config,
         rate_limit=args.rate_limit,
         rate_limit_resources=args.rate_limit_resource,
+        grpc=grpc_options.from_args(args),
+        metrics=metrics_options.from_args(args),
     )
     try:
         import uvloop

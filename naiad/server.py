@@ -8,8 +8,10 @@ import signal
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from naiad.frontends.grpc.options import GrpcOptions
 from naiad.frontends.http.protocol import HttpProtocol
 from naiad.frontends.http.routes import Router
+from naiad.frontends.metrics.options import MetricsOptions
 from naiad.repository.manager import ModelRepository, RepositoryOptions
 from naiad.scheduling.cache import ResponseCache, register_cache_metrics
 from naiad.scheduling.rate_limiter import RateLimiter
@@ -34,6 +36,8 @@ class ServerOptions:
     cache_config: list[str] = field(default_factory=list)
     rate_limit: str = "off"
     rate_limit_resources: list[str] = field(default_factory=list)
+    grpc: GrpcOptions = field(default_factory=GrpcOptions)
+    metrics: MetricsOptions = field(default_factory=MetricsOptions)
 
 
 class Server:
@@ -61,6 +65,8 @@ class Server:
             ))
         self.service = Service(self.repository, strict_readiness=options.strict_readiness)
         self._servers: list[asyncio.base_events.Server] = []
+        self._grpc = None  # grpc.aio.Server
+        self._metrics = None  # MetricsService
         self._stop = asyncio.Event()
 
     async def start(self) -> None:
@@ -81,6 +87,15 @@ class Server:
             )
             self._servers.append(server)
             log.info("Started HTTPService at %s:%d", self.options.http_address, self.options.http_port)
+        if self.options.grpc.enabled:
+            from naiad.frontends.grpc import server as grpc_server  # grpc loads only when it is served
+
+            self._grpc = await grpc_server.start(self.service, self.options.grpc)
+        if self.options.metrics.enabled:
+            from naiad.frontends.metrics.server import MetricsService
+
+            self._metrics = MetricsService(self.repository, self.options.metrics)
+            await self._metrics.start()
         self.service.live = True
         self.service.accepting = True
 
@@ -106,6 +121,10 @@ class Server:
             log.warning("Timeout: %d in-flight requests did not complete", self.service.in_flight)
         for server in self._servers:
             server.close()
+        if self._grpc is not None:
+            await self._grpc.stop(grace=None)
+        if self._metrics is not None:
+            self._metrics.stop()
         self.service.live = False
         self.repository.unload_all()
         log.info("All models are stopped, unloading models")

@@ -105,7 +105,9 @@ class ModelVersion:
         future.set_result(response)
         return True
 
-    def _complete(self, request: InferRequest, response: InferResponse, failed: bool, future: asyncio.Future) -> None:
+    def _complete(self, request: InferRequest, response: InferResponse, failed: bool | str,
+                  future: asyncio.Future) -> None:
+        reason = failed if isinstance(failed, str) else "BACKEND"
         if response.error is None:
             try:
                 selected = self.signature.select_outputs(response.outputs, request)
@@ -113,12 +115,16 @@ class ModelVersion:
                 response.outputs = {}
                 response.error = exc
                 failed = True
+                reason = "OTHER"
             else:
                 if request.cache_key is not None and not failed:
                     self._store(request, response)
                 response.outputs = selected
         elapsed = time.perf_counter_ns() - request.arrival_ns
-        (self.stats.fail if failed else self.stats.success).add(elapsed)
+        if failed:
+            self.stats.record_failure(elapsed, reason)
+        else:
+            self.stats.success.add(elapsed)
         response.model_version = self.version_str
         if not future.done():
             future.set_result(response)

@@ -114,9 +114,11 @@ async def warm_up(model: ModelVersion, model_dir: Path) -> None:
                 result = await _execute(instance, requests)
                 record(model.stats, requests, result, started)
                 ended = now_ns()
-                outcome = model.stats.fail if result.failed else model.stats.success
                 for request in requests:
-                    outcome.add(ended - request.arrival_ns)
+                    if result.failed:
+                        model.stats.record_failure(ended - request.arrival_ns, "BACKEND")
+                    else:
+                        model.stats.success.add(ended - request.arrival_ns)
                 errors = [r.error.message for r in result.responses if r.error is not None]
                 if errors:
                     raise InferError(f"failed to run warmup sample '{name}': " + "".join(f"{e}; " for e in errors))

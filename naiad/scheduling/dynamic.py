@@ -201,7 +201,7 @@ class DynamicBatcher:
         for entry in expired:
             request = entry.request
             error = unavailable("Request timeout expired")
-            entry.done(request, InferResponse(request.model_name, "", request.id, error=error), True)
+            entry.done(request, InferResponse(request.model_name, "", request.id, error=error), "REJECTED")
 
     # --- execution ----------------------------------------------------------------------------------------------
 

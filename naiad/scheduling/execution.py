@@ -20,8 +20,9 @@ from naiad.core.stats import ModelStats
 if TYPE_CHECKING:
     from naiad.scheduling.rate_limiter import RateLimiter
 
-# (request, response, whether the execution itself failed)
-Done = Callable[[InferRequest, InferResponse, bool], None]
+# (request, response, failed): False, True (the execution failed), or the failure reason for the statistics
+# when the scheduler refused the request itself ("REJECTED": its queue timeout expired)
+Done = Callable[[InferRequest, InferResponse, "bool | str"], None]
 # (instance, the requests it ran, their responses and timings)
 Finish = Callable[[Instance, list[InferRequest], Execution], None]
 
