@@ -150,6 +150,27 @@ def test_the_cache_is_bounded_by_bytes(client: httpclient.InferenceServerClient)
     assert after["cache_hit"]["count"] - before["cache_hit"]["count"] == 1  # rows[4] only
 
 
+def test_cache_counters_on_the_metrics_page(server: RunningServer, client: httpclient.InferenceServerClient) -> None:
+    import urllib.request
+
+    from prometheus_client.parser import text_string_to_metric_families
+
+    data = np.full(3, 42, np.float32)
+    _infer(client, "cached", data)
+    _infer(client, "cached", data)
+    infer = _stats(client, "cached")["inference_stats"]
+    with urllib.request.urlopen(f"http://127.0.0.1:{server.metrics_port}/metrics") as page:
+        text = page.read().decode()
+    assert "# TYPE nv_cache_num_hits_per_model counter" in text
+    samples = {(s.name.removesuffix("_total"), s.labels["model"]): s.value
+               for family in text_string_to_metric_families(text) for s in family.samples
+               if s.name.startswith("nv_cache_")}
+    assert samples[("nv_cache_num_hits_per_model", "cached")] == infer["cache_hit"]["count"]
+    assert samples[("nv_cache_num_misses_per_model", "cached")] == infer["cache_miss"]["count"]
+    assert samples[("nv_cache_hit_duration_per_model", "cached")] == infer["cache_hit"]["ns"] // 1000
+    assert ("nv_cache_num_hits_per_model", "uncached") not in samples  # only models that use the cache
+
+
 def test_models_without_response_cache_never_hit(client: httpclient.InferenceServerClient) -> None:
     data = np.ones(3, np.float32)
     _infer(client, "uncached", data)

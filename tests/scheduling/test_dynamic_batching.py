@@ -240,3 +240,29 @@ def test_preserve_ordering_releases_responses_in_batch_order(server: RunningServ
     started = time.monotonic()
     results = _concurrently(server, "ordered", [{"value": -1}, {"value": 1}], stagger=0.05)
     assert results[1][1] - started >= 0.55
+
+
+def test_priority_and_timeout_over_grpc(server: RunningServer) -> None:
+    import tritonclient.grpc as grpcclient
+
+    results: list = [None] * 3
+
+    def one(i: int, value: float, timeout: int | None) -> None:
+        tensor = grpcclient.InferInput("INPUT0", [1, 2], "FP32")
+        tensor.set_data_from_numpy(np.full((1, 2), value, np.float32))
+        with grpcclient.InferenceServerClient(server.grpc_url) as c:
+            try:
+                kwargs = {"timeout": timeout} if timeout else {}
+                results[i] = c.infer("override", [tensor], priority=1, **kwargs)
+            except grpcclient.InferenceServerException as exc:
+                results[i] = exc
+
+    threads = [threading.Thread(target=one, args=args) for args in ((0, -1, None), (1, 1, 50_000), (2, 2, None))]
+    for thread in threads:
+        thread.start()
+        time.sleep(0.03)
+    for thread in threads:
+        thread.join()
+    assert isinstance(results[1], grpcclient.InferenceServerException)
+    assert results[1].status() == "StatusCode.UNAVAILABLE" and results[1].message() == "Request timeout expired"
+    assert isinstance(results[2], grpcclient.InferResult)

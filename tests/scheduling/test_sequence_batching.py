@@ -130,6 +130,27 @@ def test_interleaved_sequences_keep_their_own_state(client: httpclient.Inference
     assert _send(client, "accumulate", 30, 22, end=True)[0] == 60
 
 
+def test_sequences_over_grpc(server: RunningServer) -> None:
+    import tritonclient.grpc as grpcclient
+
+    def send(c: grpcclient.InferenceServerClient, value: int, sequence: int | str, **flags: bool) -> int:
+        tensor = grpcclient.InferInput("INPUT", [1, 1], "INT32")
+        tensor.set_data_from_numpy(np.array([[value]], np.int32))
+        result = c.infer("accumulate", [tensor], sequence_id=sequence, sequence_start=flags.get("start", False),
+                         sequence_end=flags.get("end", False))
+        return int(result.as_numpy("OUTPUT")[0, 0])
+
+    with grpcclient.InferenceServerClient(server.grpc_url) as c:
+        assert send(c, 2, 31, start=True) == 2
+        assert send(c, 5, "g-1", start=True) == 5
+        assert send(c, 3, 31, end=True) == 5
+        assert send(c, 5, "g-1", end=True) == 10
+        with pytest.raises(grpcclient.InferenceServerException) as error:
+            send(c, 1, 31)
+        assert error.value.status() == "StatusCode.INVALID_ARGUMENT"
+        assert "must specify the START flag" in error.value.message()
+
+
 def test_direct_pads_empty_slots_with_not_ready_rows(server: RunningServer,
                                                      client: httpclient.InferenceServerClient) -> None:
     _send(client, "accumulate", 1, 101, start=True)  # slot 0

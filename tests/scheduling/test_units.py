@@ -65,7 +65,7 @@ def test_cache_metrics_have_tritons_names() -> None:
     registry = CollectorRegistry()
     registry.register(CacheMetrics(lambda: [("m", "1", stats, True), ("other", "1", ModelStats(), False)]))
     text = generate_latest(registry).decode()
-    samples = {(s.name, s.labels["model"]): s.value
+    samples = {(s.name.removesuffix("_total"), s.labels["model"]): s.value
                for family in text_string_to_metric_families(text) for s in family.samples}
     assert samples == {
         ("nv_cache_num_hits_per_model", "m"): 1,
