@@ -216,8 +216,9 @@ def main() -> int:
     for name, dynamic in (("naiad-batch", True), ("naiad-single", False)):
         repo = write_repo(workdir / name, dynamic, args.delay_us)
         port = free_port()
-        server = Server(name, [*naiad, "--model-repository", str(repo), "--http-port", str(port)], port,
-                        PROJECT_DIR, env=ONE_THREAD)
+        argv = [*naiad, "--model-repository", str(repo), "--http-port", str(port),
+                "--grpc-port", str(free_port()), "--metrics-port", str(free_port())]
+        server = Server(name, argv, port, PROJECT_DIR, env=ONE_THREAD)
         results.append(run_server(server, args, script, payload, workdir))
         print(results[-1], file=sys.stderr, flush=True)
     results.append(limit(results[0]["mean_batch"], args.server_cpu))
