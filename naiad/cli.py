@@ -64,6 +64,12 @@ def build_parser() -> argparse.ArgumentParser:
     grpc_options.add_arguments(serve, _flag)
     metrics_options.add_arguments(serve, _flag)
     serve.add_argument("--backend-config", action="append", default=[], metavar="BACKEND,KEY=VALUE")
+    serve.add_argument("--cache-config", action="append", default=[], metavar="CACHE,KEY=VALUE",
+                       help="response cache, e.g. local,size=1048576 (models opt in with response_cache)")
+    serve.add_argument("--rate-limit", choices=["off", "execution_count"], default="off",
+                       help="execution_count: instances run only when their rate_limiter resources are free")
+    serve.add_argument("--rate-limit-resource", action="append", default=[], metavar="NAME:COUNT[:DEVICE]",
+                       help="resources available to the rate limiter (default: the most any instance asks for)")
     serve.add_argument("--log-verbose", type=int, default=0)
     _flag(serve, "--log-info", True, "log informational messages")
     _flag(serve, "--log-warning", True, "log warnings")
@@ -103,6 +109,9 @@ def serve(args: argparse.Namespace) -> int:
         http_port=args.http_port,
         http_max_input_size=args.http_max_input_size,
         backend_config=_backend_config(args.backend_config),
+        cache_config=args.cache_config,
+        rate_limit=args.rate_limit,
+        rate_limit_resources=args.rate_limit_resource,
         grpc=grpc_options.from_args(args),
         metrics=metrics_options.from_args(args),
     )

@@ -6,11 +6,10 @@ runs between ``detect_backend`` and ``fill_defaults``.
 
 from __future__ import annotations
 
-import os
-from functools import lru_cache
 from pathlib import Path
 
-from naiad.config import ModelConfig, pb
+from naiad.config import ModelConfig
+from naiad.config.scheduling import fill_batching, fill_instance_groups
 
 # Default model file per backend (Triton's kOnnxRuntimeOnnxFilename and friends).
 DEFAULT_FILENAMES: dict[str, str] = {
@@ -35,25 +34,6 @@ BACKEND_PLATFORMS: dict[str, str] = {
     "pytorch": "pytorch_libtorch",
     "tensorrt": "tensorrt_plan",
 }
-
-# Backends that opt into Triton's default of two CPU instances (SetDefaultInstanceCount); the others get one,
-# since (Triton's note) pytorch and others gain little from more.
-_TWO_CPU_INSTANCES = {"onnxruntime", "tensorflow"}
-_DEFAULT_CPU_INSTANCE_COUNT = 2
-
-
-@lru_cache(maxsize=1)
-def gpu_ids() -> tuple[int, ...]:
-    """The GPUs this host exposes to models; the NVIDIA driver lists one folder per GPU. NAIAD_GPUS
-    ("0,1" or "") overrides what the driver says, e.g. to hide GPUs from the server."""
-    override = os.environ.get("NAIAD_GPUS")
-    if override is not None:
-        return tuple(int(g) for g in override.split(",") if g.strip())
-    try:
-        return tuple(range(len(os.listdir("/proc/driver/nvidia/gpus"))))
-    except OSError:
-        return ()
-
 
 def detect_backend(config: ModelConfig, version_dirs: list[Path]) -> None:
     """With neither backend nor platform set, Triton looks for a known model file in the versions."""
@@ -85,34 +65,8 @@ def fill_defaults(config: ModelConfig, model_name: str) -> None:
         # Triton's ensemble validation records whether any step is decoupled (none can be here yet).
         config.model_transaction_policy.SetInParent()
     else:
-        _fill_instance_groups(config)
+        fill_instance_groups(config)
         if not config.HasField("optimization"):
             config.optimization.input_pinned_memory.enable = True
             config.optimization.output_pinned_memory.enable = True
-    if config.HasField("dynamic_batching"):
-        _fill_dynamic_batching(config)
-
-
-def _fill_instance_groups(config: ModelConfig) -> None:
-    if not config.instance_group:
-        # A group Triton adds itself is named after the model; unnamed given groups get an index.
-        config.instance_group.add(name=config.name)
-    gpus = gpu_ids()
-    for index, group in enumerate(config.instance_group):
-        if not group.name:
-            group.name = f"{config.name}_{index}"
-        # KIND_AUTO means GPU when every listed GPU (or any, if none listed) is present, else CPU.
-        if group.kind == pb.ModelInstanceGroup.KIND_AUTO:
-            usable = gpus and all(g in gpus for g in group.gpus)
-            group.kind = pb.ModelInstanceGroup.KIND_GPU if usable else pb.ModelInstanceGroup.KIND_CPU
-        if group.count < 1:
-            two = group.kind == pb.ModelInstanceGroup.KIND_CPU and config.backend in _TWO_CPU_INSTANCES
-            group.count = _DEFAULT_CPU_INSTANCE_COUNT if two else 1
-        if group.kind == pb.ModelInstanceGroup.KIND_GPU and not group.gpus:
-            group.gpus.extend(gpus)
-
-
-def _fill_dynamic_batching(config: ModelConfig) -> None:
-    batching = config.dynamic_batching
-    if not batching.preferred_batch_size and config.max_batch_size > 0:
-        batching.preferred_batch_size.append(config.max_batch_size)
+    fill_batching(config)

@@ -28,6 +28,8 @@ class InferRequest:
         "batch_size",
         "arrival_ns",
         "raw_input",
+        "cache_key",
+        "cache_ns",
     )
 
     def __init__(
@@ -55,6 +57,9 @@ class InferRequest:
         # A body sent without a JSON header (Inference-Header-Content-Length: 0): the model's only input,
         # whose name, datatype and shape the signature deduces, as Triton's raw-input path does.
         self.raw_input: bytes | None = None
+        # Set by a model with the response cache on a miss: where to store the response, and the lookup time.
+        self.cache_key: bytes | None = None
+        self.cache_ns = 0
 
 
 def log_prefix(request: InferRequest) -> str:

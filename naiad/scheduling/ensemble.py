@@ -22,8 +22,7 @@ from naiad.config import ModelConfig
 from naiad.core.errors import InferError, internal, invalid
 from naiad.core.request import InferRequest, InferResponse, log_prefix
 from naiad.core.stats import ModelStats
-
-Done = Callable[[InferRequest, InferResponse, bool], None]
+from naiad.scheduling.execution import Done
 
 
 class Composing(Protocol):
@@ -73,6 +72,9 @@ class EnsembleScheduler:
     @property
     def pending(self) -> int:
         return self._running
+
+    def stop(self) -> None:
+        """Nothing to cancel: steps in flight belong to the composing models' schedulers."""
 
     def enqueue(self, request: InferRequest, done: Done) -> None:
         self._running += 1

@@ -17,7 +17,7 @@ import numpy as np
 from naiad.backends.base import Backend, LoadedVersion, VersionContext
 from naiad.backends.threaded import ThreadedInstance
 from naiad.config import ModelConfig, pb
-from naiad.config.normalize import gpu_ids
+from naiad.config.scheduling import gpu_ids
 from naiad.core.errors import internal, invalid, unavailable
 
 

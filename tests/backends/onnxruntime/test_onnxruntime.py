@@ -288,3 +288,19 @@ def test_graph_with_string_cast(tmp_path: Path) -> None:
                                                                                                     dtype=object)})
     assert out[0].tolist() == [["4", "5"]] and out[1].tolist() == [["2", "3"]]
     assert TensorProto.STRING == g.ONNX_TYPES["TYPE_STRING"]
+
+
+def test_concurrent_requests_batch_and_split(server: RunningServer) -> None:
+    """Many requests at once to an auto-completed model (dynamic batching): each gets its own rows back."""
+    with httpclient.InferenceServerClient(server.url, concurrency=16) as client:
+        pending = []
+        for i in range(32):
+            rows = 1 + i % 3
+            a = np.full((rows, 16), i, dtype=np.int32)
+            pending.append((a, client.async_infer("auto", _inputs(INPUT0=a, INPUT1=a))))
+        for a, future in pending:
+            result = future.get_result()
+            np.testing.assert_array_equal(result.as_numpy("OUTPUT0"), a * 2)
+            np.testing.assert_array_equal(result.as_numpy("OUTPUT1"), np.zeros_like(a))
+    stats = httpclient.InferenceServerClient(server.url).get_inference_statistics("auto")["model_stats"][0]
+    assert sum(b["batch_size"] * b["compute_infer"]["count"] for b in stats["batch_stats"]) >= 64

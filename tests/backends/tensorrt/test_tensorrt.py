@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 import tritonclient.http as httpclient
 
-from naiad.config.normalize import gpu_ids
+from naiad.config.scheduling import gpu_ids
 from tests import onnx_graphs
 from tests.models import IDENTITY_FP32, IDENTITY_PY, write_model
 from tests.server import RunningServer
