@@ -110,8 +110,8 @@ class Arena:
         self.new_fds.append((segment.id, fd))  # the channel sends it, then closes it
         return segment
 
-    def put(self, data: Any, nbytes: int) -> tuple[int, int]:
-        """Copy ``data`` (anything exposing the buffer protocol) into a new block: (segment id, data offset)."""
+    def alloc(self, nbytes: int) -> tuple[int, int, memoryview]:
+        """A new block for ``nbytes``: (segment id, data offset, writable view of the data)."""
         need = HEADER + ((nbytes + ALIGN - 1) // ALIGN) * ALIGN
         segment = self.current
         at = segment.alloc(need)
@@ -119,9 +119,15 @@ class Arena:
             segment = self._grow(need)
             at = segment.alloc(need)
         start = at + HEADER
+        return segment.id, start, memoryview(segment.mm)[start:start + nbytes]
+
+    def put(self, data: Any, nbytes: int) -> tuple[int, int]:
+        """Copy ``data`` (anything exposing the buffer protocol) into a new block: (segment id, data offset)."""
+        seg_id, start, view = self.alloc(nbytes)
         if nbytes:
-            segment.mm[start:start + nbytes] = memoryview(data).cast("B")
-        return segment.id, start
+            view[:] = memoryview(data).cast("B")
+        view.release()
+        return seg_id, start
 
     def _grow(self, need: int) -> _Segment:
         old = self.current

@@ -61,20 +61,18 @@ class Channel:
 
     def pack(self, name: str, array_: np.ndarray) -> tuple:
         if array_.dtype.kind in "OSU":
-            data: Any = serialize_bytes(array_)
-            code = "BYTES"
-            nbytes = len(data)
-        else:
-            if not array_.flags.c_contiguous:
-                array_ = np.ascontiguousarray(array_)
-            data = array_
-            code = array_.dtype.str
-            nbytes = array_.nbytes
+            data = serialize_bytes(array_)
+            if len(data) <= INLINE_TENSOR:
+                return (name, "BYTES", array_.shape, data)
+            return (name, "BYTES", array_.shape, (*self.arena.put(data, len(data)), len(data)))
+        nbytes = array_.nbytes
         if nbytes <= INLINE_TENSOR:
-            payload: Any = data if code == "BYTES" else array_.tobytes()
-        else:
-            payload = (*self.arena.put(data, nbytes), nbytes)
-        return (name, code, array_.shape, payload)
+            return (name, array_.dtype.str, array_.shape, array_.tobytes())
+        # Straight into the block, whatever the array's layout: no temporary contiguous copy.
+        seg_id, offset, view = self.arena.alloc(nbytes)
+        np.copyto(np.frombuffer(view, array_.dtype).reshape(array_.shape), array_, casting="no")
+        view.release()
+        return (name, array_.dtype.str, array_.shape, (seg_id, offset, nbytes))
 
     def unpack(self, desc: tuple, writable: bool = False) -> np.ndarray:
         _, code, shape, payload = desc
@@ -84,11 +82,8 @@ class Channel:
             array_ = np.frombuffer(payload, _dtype(code)).reshape(shape)
             return array_.copy() if writable else array_
         seg, offset, nbytes = payload
-        if code == "BYTES":
-            try:
-                return deserialize_bytes(self.segments.view(seg, offset, nbytes)).reshape(shape)
-            finally:
-                pass  # the view died with the call: its block is free again
+        if code == "BYTES":  # copied out into bytes objects, so the block is free again at once
+            return deserialize_bytes(memoryview(self.segments.view(seg, offset, nbytes)).cast("B")).reshape(shape)
         return self.segments.array(seg, offset, nbytes, _dtype(code), shape)
 
     # --- messages -------------------------------------------------------------------------------------------

@@ -249,10 +249,17 @@ class Worker:
         if isinstance(response, InferError):
             return error_wire(response)
         pack = self.ch.pack
-        if requested is None:
-            outputs = [pack(t._name, t._array) for t in response._output_tensors]
-        else:
-            outputs = [pack(t._name, t._array) for t in response._output_tensors if t._name in requested]
+        try:
+            if requested is None:
+                outputs = [pack(t._name, t._array) for t in response._output_tensors]
+            else:
+                outputs = [pack(t._name, t._array) for t in response._output_tensors if t._name in requested]
+        except InferError as exc:  # shared memory exhausted: this response fails, the instance lives on
+            return error_wire(InferError(f"Failed to send the outputs of model '{self.name}': {exc.message}",
+                                         exc.code))
+        except Exception as exc:
+            return error_wire(InferError(f"Failed to send the outputs of model '{self.name}': {describe(exc)}",
+                                         Code.INTERNAL))
         return (None, outputs, response._parameters)
 
     def _sender_for(self, tag: int, index: int, requested: list[str] | None) -> Any:
