@@ -4,8 +4,9 @@ inside the server instead (``inprocess.py``).
 
 Backend settings (``--backend-config=python,<key>=<value>``): ``shm-default-byte-size`` and
 ``shm-growth-byte-size`` (Triton's, also read from ``SAGEMAKER_TRITON_SHM_DEFAULT_BYTE_SIZE`` /
-``SAGEMAKER_TRITON_SHM_GROWTH_BYTE_SIZE``), ``in-process``, and ``max-async-executions`` (how many
-``async def execute`` calls one instance runs at once; default 64).
+``SAGEMAKER_TRITON_SHM_GROWTH_BYTE_SIZE``), ``in-process``, ``max-async-executions`` (how many
+``async def execute`` calls one instance runs at once; default 64) and ``pipeline-depth`` (how many
+requests a synchronous instance may have queued in its socket; default 4; it still runs them one by one).
 """
 
 from __future__ import annotations
@@ -145,6 +146,12 @@ class WorkerVersion(LoadedVersion):
             concurrency = max(1, int(options.get("max-async-executions", "64")))
         except ValueError:
             raise invalid("python backend setting max-async-executions must be a number") from None
+        try:
+            # A sync worker still runs one execution at a time, but the next request is already waiting in
+            # its socket when it finishes: under load, no sleep-and-wake per request.
+            depth = max(1, int(options.get("pipeline-depth", "4")))
+        except ValueError:
+            raise invalid("python backend setting pipeline-depth must be a number") from None
         environment = resolve_environment(ctx)
         self.owner = f"{ctx.name}/{ctx.version}"
         decoupled = ctx.config.model_transaction_policy.decoupled
@@ -174,7 +181,11 @@ class WorkerVersion(LoadedVersion):
         for process in self.processes:
             if loop is not None:
                 process.attach(loop)
-            self.instances.extend(WorkerSlot(process) for _ in range(concurrency if process.is_async else 1))
+        # Slots interleave across processes, so the scheduler's round robin spreads work over all of them.
+        for round_ in range(max(concurrency if p.is_async else depth for p in self.processes)):
+            for process in self.processes:
+                if round_ < (concurrency if process.is_async else depth):
+                    self.instances.append(WorkerSlot(process))
 
     @property
     def ready(self) -> bool:

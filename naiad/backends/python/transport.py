@@ -46,8 +46,11 @@ class Channel:
     ``flush`` when the socket is writable again. Without it (worker side) a send waits for room.
     """
 
-    def __init__(self, sock: socket.socket, arena: Arena, on_blocked: Callable[[], None] | None = None) -> None:
-        sock.setblocking(False)
+    def __init__(self, sock: socket.socket, arena: Arena, on_blocked: Callable[[], None] | None = None,
+                 blocking: bool = False) -> None:
+        # The server's end is non-blocking (an event loop reads it); a worker's end may block, since a
+        # worker that waits for room or for its next message has nothing else to do.
+        sock.setblocking(blocking)
         self.sock = sock
         self.arena = arena
         self.segments = SegmentMap()
@@ -150,15 +153,17 @@ class Channel:
                 self._backlog.popleft()
             return True
 
-    def receive(self) -> list[Message]:
-        """Every message waiting now (possibly none). Raises EOFError once the other end is gone."""
+    def receive(self, wait: bool = False) -> list[Message]:
+        """Every message waiting now (possibly none); with ``wait`` (blocking socket) the next message, waiting
+        for it. Raises EOFError once the other end is gone."""
         out: list[Message] = []
         buffer = self._buffer
         view = memoryview(buffer)
         recvmsg_into = self.sock.recvmsg_into
+        flags_in = 0 if wait else socket.MSG_DONTWAIT
         while True:
             try:
-                n, ancdata, flags, _ = recvmsg_into([buffer], _FD_SPACE)
+                n, ancdata, flags, _ = recvmsg_into([buffer], _FD_SPACE, flags_in)
             except (BlockingIOError, InterruptedError):
                 return out
             except OSError as exc:
@@ -173,7 +178,7 @@ class Channel:
                 raise EOFError("the other end closed the channel")
             message = marshal.loads(view[:n])
             kind = message[0]
-            if kind == "+":
+            if kind == "+":  # (a segment announcement is never the message a waiting reader returns)
                 fds = array.array("i")
                 for level, type_, data in ancdata:
                     if level == socket.SOL_SOCKET and type_ == socket.SCM_RIGHTS:
@@ -188,6 +193,8 @@ class Channel:
                 _, seg, offset, nbytes = message
                 message = marshal.loads(bytes(self.segments.view(seg, offset, nbytes)))
             out.append(message)
+            if wait:
+                return out
 
     def wait_readable(self, timeout: float | None = None) -> bool:
         return bool(select.select([self.sock], [], [], timeout)[0])

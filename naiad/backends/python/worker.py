@@ -22,6 +22,7 @@ import socket
 import sys
 import threading
 import time
+from collections import deque
 from pathlib import Path
 from typing import Any, Iterator
 
@@ -59,7 +60,9 @@ class Worker:
         self.output_names: list[str] = setup["output_names"]
         self.model_name: str = setup["model_name"]
         self.model_version = int(setup["model_version"])
-        self.loop = asyncio.new_event_loop()
+        self.loop = _new_loop()
+        self.is_async = False
+        self.deferred: deque[tuple] = deque()  # executions that arrived while a blocking call read the channel
         asyncio.set_event_loop(self.loop)
         self.loop_thread = threading.get_ident()
         self.executions: dict[int, list[pb_utils._RequestState]] = {}
@@ -87,13 +90,27 @@ class Worker:
         except Exception as exc:
             self.ch.send(("fail", Code.INTERNAL.name, describe(exc)))
             return False
-        is_async = inspect.iscoroutinefunction(self._execute)
+        is_async = self.is_async = inspect.iscoroutinefunction(self._execute)
         self.ch.send(("ready", {"async": is_async, "pid": os.getpid(), "python": sys.executable}))
         return True
 
     def run(self) -> None:
-        self.loop.add_reader(self.ch.sock.fileno(), self._on_readable)
-        self.loop.run_forever()
+        if self.is_async:
+            self.loop.add_reader(self.ch.sock.fileno(), self._on_readable)
+            self.loop.run_forever()
+            return
+        # A synchronous model needs no event loop: block on the socket, one system call per message.
+        ch, deferred = self.ch, self.deferred
+        while True:
+            while deferred:
+                self._run_execute(deferred.popleft())
+            try:
+                messages = ch.receive(wait=True)
+            except EOFError:
+                self._quit()
+                return
+            for message in messages:
+                self._dispatch(message)
 
     # --- incoming ----------------------------------------------------------------------------------------------
 
@@ -109,10 +126,12 @@ class Worker:
     def _dispatch(self, message: tuple) -> None:
         kind = message[0]
         if kind == "x":
-            if self.pumping:
+            if not self.pumping:
+                self._run_execute(message)
+            elif self.is_async:
                 self.loop.call_soon(self._run_execute, message)
             else:
-                self._run_execute(message)
+                self.deferred.append(message)
         elif kind == "b" or kind == "r":
             waiter = self.waiters.get(message[1])
             if waiter is not None:
@@ -373,6 +392,15 @@ class Worker:
         os._exit(0)
 
 
+def _new_loop() -> asyncio.AbstractEventLoop:
+    try:
+        import uvloop  # in the server's environment; an execution environment may not have it
+
+        return uvloop.new_event_loop()
+    except ImportError:
+        return asyncio.new_event_loop()
+
+
 def _die_with_parent() -> None:
     """Ask Linux to kill this process when the server dies, so no worker outlives it."""
     try:
@@ -402,7 +430,7 @@ def main(argv: list[str]) -> int:
     except InferError as exc:
         sock.send(marshal.dumps(("fail", exc.code.name, exc.message)))
         return 1
-    worker = Worker(Channel(sock, arena), setup)
+    worker = Worker(Channel(sock, arena, blocking=True), setup)
     if not worker.load(setup):
         sys.stdout.flush()
         os._exit(1)
