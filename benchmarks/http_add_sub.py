@@ -262,7 +262,8 @@ def bench_server(server: Server, args: argparse.Namespace, body: bytes, workdir:
 
 def naiad_server(args: argparse.Namespace) -> Server:
     port = free_port()
-    argv = [*shlex.split(args.naiad_cmd), "--model-repository", str(args.repo), "--http-port", str(port)]
+    argv = [*shlex.split(args.naiad_cmd), "--model-repository", str(args.repo), "--http-port", str(port),
+            "--grpc-port", str(free_port()), "--metrics-port", str(free_port())]
     # Run from the project root so `python -m naiad` works without installing the package.
     return Server("naiad", argv, port, PROJECT_DIR)
 

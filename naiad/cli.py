@@ -9,6 +9,8 @@ import sys
 from pathlib import Path
 
 from naiad import __version__
+from naiad.frontends.grpc import options as grpc_options
+from naiad.frontends.metrics import options as metrics_options
 
 
 def _bool(value: str | bool) -> bool:
@@ -59,7 +61,15 @@ def build_parser() -> argparse.ArgumentParser:
     serve.add_argument("--http-address", default="0.0.0.0")
     serve.add_argument("--http-max-input-size", type=int, default=64 * 1024 * 1024,
                        help="largest request body accepted, in bytes")
+    grpc_options.add_arguments(serve, _flag)
+    metrics_options.add_arguments(serve, _flag)
     serve.add_argument("--backend-config", action="append", default=[], metavar="BACKEND,KEY=VALUE")
+    serve.add_argument("--cache-config", action="append", default=[], metavar="CACHE,KEY=VALUE",
+                       help="response cache, e.g. local,size=1048576 (models opt in with response_cache)")
+    serve.add_argument("--rate-limit", choices=["off", "execution_count"], default="off",
+                       help="execution_count: instances run only when their rate_limiter resources are free")
+    serve.add_argument("--rate-limit-resource", action="append", default=[], metavar="NAME:COUNT[:DEVICE]",
+                       help="resources available to the rate limiter (default: the most any instance asks for)")
     serve.add_argument("--log-verbose", type=int, default=0)
     _flag(serve, "--log-info", True, "log informational messages")
     _flag(serve, "--log-warning", True, "log warnings")
@@ -99,6 +109,11 @@ def serve(args: argparse.Namespace) -> int:
         http_port=args.http_port,
         http_max_input_size=args.http_max_input_size,
         backend_config=_backend_config(args.backend_config),
+        cache_config=args.cache_config,
+        rate_limit=args.rate_limit,
+        rate_limit_resources=args.rate_limit_resource,
+        grpc=grpc_options.from_args(args),
+        metrics=metrics_options.from_args(args),
     )
     try:
         import uvloop

@@ -8,9 +8,13 @@ import signal
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from naiad.frontends.grpc.options import GrpcOptions
 from naiad.frontends.http.protocol import HttpProtocol
 from naiad.frontends.http.routes import Router
+from naiad.frontends.metrics.options import MetricsOptions
 from naiad.repository.manager import ModelRepository, RepositoryOptions
+from naiad.scheduling.cache import ResponseCache, register_cache_metrics
+from naiad.scheduling.rate_limiter import RateLimiter
 from naiad.service import Service
 
 log = logging.getLogger("naiad")
@@ -29,23 +33,45 @@ class ServerOptions:
     http_port: int = 8000
     http_max_input_size: int = 64 * 1024 * 1024
     backend_config: dict[str, dict[str, str]] = field(default_factory=dict)
+    cache_config: list[str] = field(default_factory=list)
+    rate_limit: str = "off"
+    rate_limit_resources: list[str] = field(default_factory=list)
+    grpc: GrpcOptions = field(default_factory=GrpcOptions)
+    metrics: MetricsOptions = field(default_factory=MetricsOptions)
 
 
 class Server:
     def __init__(self, options: ServerOptions) -> None:
         self.options = options
+        try:
+            cache = ResponseCache.parse(options.cache_config)
+            limiter = None
+            if options.rate_limit == "execution_count":
+                limiter = RateLimiter(dict(RateLimiter.parse_resource(v) for v in options.rate_limit_resources))
+        except ValueError as exc:
+            raise SystemExit(f"error: {exc}") from None
         self.repository = ModelRepository(RepositoryOptions(
             paths=options.model_repositories,
             config_name=options.model_config_name,
             auto_complete=options.auto_complete,
             backend_config=options.backend_config,
+            response_cache=cache,
+            rate_limiter=limiter,
         ))
+        if cache is not None:
+            register_cache_metrics(lambda: (
+                (m.name, m.version_str, m.stats, m.cache is not None)
+                for entry in self.repository.models.values() for m in entry.versions.values()
+            ))
         self.service = Service(self.repository, strict_readiness=options.strict_readiness)
         self._servers: list[asyncio.base_events.Server] = []
+        self._grpc = None  # grpc.aio.Server
+        self._metrics = None  # MetricsService
         self._stop = asyncio.Event()
 
     async def start(self) -> None:
         self.repository.load_all()
+        await self.repository.warm_up()  # before any front end opens: no version is READY un-warmed
         for row in self.repository.index():
             log.info("model %-24s version %-4s %s%s", row["name"], row.get("version", "-"), row["state"],
                      f" ({row['reason']})" if row.get("reason") else "")
@@ -61,6 +87,15 @@ class Server:
             )
             self._servers.append(server)
             log.info("Started HTTPService at %s:%d", self.options.http_address, self.options.http_port)
+        if self.options.grpc.enabled:
+            from naiad.frontends.grpc import server as grpc_server  # grpc loads only when it is served
+
+            self._grpc = await grpc_server.start(self.service, self.options.grpc)
+        if self.options.metrics.enabled:
+            from naiad.frontends.metrics.server import MetricsService
+
+            self._metrics = MetricsService(self.repository, self.options.metrics)
+            await self._metrics.start()
         self.service.live = True
         self.service.accepting = True
 
@@ -86,6 +121,10 @@ class Server:
             log.warning("Timeout: %d in-flight requests did not complete", self.service.in_flight)
         for server in self._servers:
             server.close()
+        if self._grpc is not None:
+            await self._grpc.stop(grace=None)
+        if self._metrics is not None:
+            self._metrics.stop()
         self.service.live = False
         self.repository.unload_all()
         log.info("All models are stopped, unloading models")

@@ -12,6 +12,7 @@ from typing import Any, AsyncIterator
 import naiad
 from naiad.core.errors import Code, InferError, invalid, unavailable
 from naiad.core.request import InferRequest, InferResponse
+from naiad.core.settings import LogSettings, TraceSettings
 from naiad.repository.manager import ModelRepository
 from naiad.repository.model import ModelVersion
 
@@ -39,6 +40,8 @@ class Service:
         self.accepting = False  # False while starting and while draining on shutdown
         self.in_flight = 0
         self._idle: asyncio.Event | None = None
+        self.log_settings = LogSettings()
+        self.trace_settings = TraceSettings()
 
     # --- inference ----------------------------------------------------------------------------------------------
 

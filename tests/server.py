@@ -25,9 +25,13 @@ class RunningServer:
     def __init__(self, repositories: list[Path], *extra: str, env: dict[str, str] | None = None,
                  wait_ready: bool = True) -> None:
         self.http_port = free_port()
+        self.grpc_port = free_port()
+        self.metrics_port = free_port()
         self.url = f"127.0.0.1:{self.http_port}"
+        self.grpc_url = f"127.0.0.1:{self.grpc_port}"
         args = [sys.executable, "-m", "naiad", "serve", "--http-port", str(self.http_port),
-                "--http-address", "127.0.0.1"]
+                "--http-address", "127.0.0.1", "--grpc-port", str(self.grpc_port), "--grpc-address", "127.0.0.1",
+                "--metrics-port", str(self.metrics_port), "--metrics-address", "127.0.0.1"]
         for repo in repositories:
             args += ["--model-repository", str(repo)]
         args += list(extra)

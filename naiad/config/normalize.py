@@ -8,7 +8,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from naiad.config import ModelConfig, pb
+from naiad.config import ModelConfig
+from naiad.config.scheduling import fill_batching, fill_instance_groups
 
 # Default model file per backend (Triton's kOnnxRuntimeOnnxFilename and friends).
 DEFAULT_FILENAMES: dict[str, str] = {
@@ -59,29 +60,8 @@ def fill_defaults(config: ModelConfig, model_name: str) -> None:
     if not config.HasField("version_policy"):
         config.version_policy.latest.num_versions = 1
     if config.platform != "ensemble":
-        _fill_instance_groups(config)
+        fill_instance_groups(config)
         if not config.HasField("optimization"):
             config.optimization.input_pinned_memory.enable = True
             config.optimization.output_pinned_memory.enable = True
-    if config.HasField("dynamic_batching"):
-        _fill_dynamic_batching(config)
-
-
-def _fill_instance_groups(config: ModelConfig) -> None:
-    if not config.instance_group:
-        # A group Triton adds itself is named after the model; unnamed given groups get an index.
-        config.instance_group.add(name=config.name)
-    for index, group in enumerate(config.instance_group):
-        if not group.name:
-            group.name = f"{config.name}_{index}"
-        if group.count < 1:
-            group.count = 1
-        # No GPUs here: KIND_AUTO resolves to KIND_CPU as Triton does on a CPU-only host.
-        if group.kind == pb.ModelInstanceGroup.KIND_AUTO:
-            group.kind = pb.ModelInstanceGroup.KIND_CPU
-
-
-def _fill_dynamic_batching(config: ModelConfig) -> None:
-    batching = config.dynamic_batching
-    if not batching.preferred_batch_size and config.max_batch_size > 0:
-        batching.preferred_batch_size.append(config.max_batch_size)
+    fill_batching(config)

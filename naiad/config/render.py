@@ -21,6 +21,12 @@ _INT64_TYPES = {
     FieldDescriptor.TYPE_SFIXED64,
 }
 
+_FLOAT_TYPES = {FieldDescriptor.TYPE_FLOAT, FieldDescriptor.TYPE_DOUBLE}
+
+
+def _whole(value: Any) -> Any:
+    return int(value) if isinstance(value, float) and value.is_integer() else value
+
 
 def _message_to_dict(message: Any) -> dict[str, Any]:
     try:
@@ -42,6 +48,9 @@ def _normalize(descriptor: Descriptor, value: dict[str, Any]) -> dict[str, Any]:
         item = value[field.name]
         if field.type in _INT64_TYPES:
             item = [int(v) for v in item] if isinstance(item, list) else int(item)
+        elif field.type in _FLOAT_TYPES:
+            # Triton's JSON writer prints a whole float without a fraction (fp32_false_true: [0, 1]).
+            item = [_whole(v) for v in item] if isinstance(item, list) else _whole(item)
         elif field.type == FieldDescriptor.TYPE_MESSAGE:
             sub = field.message_type
             if sub.GetOptions().map_entry:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from naiad.config import ModelConfig, pb
 from naiad.config.normalize import DEFAULT_FILENAMES
+from naiad.config.scheduling import validate_batching, validate_instance_groups
 from naiad.core.datatypes import WILDCARD, fixed_size, wildcard_count
 from naiad.core.errors import InferError, invalid
 
@@ -46,11 +47,9 @@ def validate(config: ModelConfig, folder_name: str) -> None:
     for io in config.output:
         _validate_io(io, config, "model output ")
     _validate_unique(config)
-    if config.HasField("dynamic_batching"):
-        _validate_dynamic_batching(config)
-    for group in config.instance_group:
-        if group.count < 1:
-            raise invalid(f"instance group {group.name} of model {config.name} must have count >= 1")
+    validate_batching(config)
+    if config.platform != "ensemble":
+        validate_instance_groups(config)
 
 
 def _validate_io(io: pb.ModelInput | pb.ModelOutput, config: ModelConfig, prefix: str) -> None:
@@ -93,15 +92,3 @@ def _validate_unique(config: ModelConfig) -> None:
             if io.name in seen:
                 raise invalid(f"model {kind} '{io.name}' can only be specified once in model '{config.name}'")
             seen.add(io.name)
-
-
-def _validate_dynamic_batching(config: ModelConfig) -> None:
-    batching = config.dynamic_batching
-    for size in batching.preferred_batch_size:
-        if size < 1:
-            raise invalid(f"dynamic batching preferred size must be positive for {config.name}")
-        if size > config.max_batch_size:
-            raise invalid(f"dynamic batching preferred size must be <= max batch size for {config.name}")
-    levels = batching.priority_levels
-    if levels and not 1 <= batching.default_priority_level <= levels:
-        raise invalid(f"default priority level must be in range [1, {levels}] for {config.name}")

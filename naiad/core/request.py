@@ -29,6 +29,8 @@ class InferRequest:
         "arrival_ns",
         "raw_input",
         "responder",
+        "cache_key",
+        "cache_ns",
     )
 
     def __init__(
@@ -59,6 +61,9 @@ class InferRequest:
         # Where a decoupled model's responses go, each as it is produced (``final`` marks the last);
         # set by ``Service.stream``.
         self.responder: Callable[[InferResponse], None] | None = None
+        # Set by a model with the response cache on a miss: where to store the response, and the lookup time.
+        self.cache_key: bytes | None = None
+        self.cache_ns = 0
 
 
 def log_prefix(request: InferRequest) -> str:

@@ -17,6 +17,9 @@ _DURATIONS = (
 )
 
 
+FAILURE_REASONS = ("REJECTED", "CANCELED", "BACKEND", "OTHER")
+
+
 class Duration:
     __slots__ = ("count", "ns")
 
@@ -36,7 +39,8 @@ class ModelStats:
     """Counters for one model version. Single-threaded: only the event loop touches them."""
 
     __slots__ = ("inference_count", "execution_count", "last_inference_ms", "durations", "batch", "success", "fail",
-                 "queue", "compute_input", "compute_infer", "compute_output")
+                 "queue", "compute_input", "compute_infer", "compute_output", "cache_hit", "cache_miss",
+                 "fail_reasons")
 
     def __init__(self) -> None:
         self.inference_count = 0
@@ -49,15 +53,27 @@ class ModelStats:
         self.compute_input = self.durations["compute_input"]
         self.compute_infer = self.durations["compute_infer"]
         self.compute_output = self.durations["compute_output"]
+        self.cache_hit = self.durations["cache_hit"]
+        self.cache_miss = self.durations["cache_miss"]
+        # Why requests failed, as the failure metric's "reason" label: every fail.add goes through
+        # record_failure, so the reasons sum to fail.count.
+        self.fail_reasons: dict[str, int] = dict.fromkeys(FAILURE_REASONS, 0)
         # batch size -> [compute_input, compute_infer, compute_output] durations
         self.batch: dict[int, tuple[Duration, Duration, Duration]] = {}
 
+    def record_failure(self, ns: int, reason: str = "OTHER") -> None:
+        """A request that failed after ``ns``: REJECTED (refused by the scheduler, e.g. queue full or timed
+        out), CANCELED, BACKEND (the execution failed) or OTHER."""
+        self.fail.add(ns)
+        self.fail_reasons[reason] += 1
+
     def record_execution(self, batch_size: int, input_ns: int, infer_ns: int, output_ns: int,
-                         failed: bool = False) -> None:
-        """One backend execution covering ``batch_size`` inferences; a failed one infers nothing."""
+                         failed: bool = False, inferences: int | None = None) -> None:
+        """One backend execution covering ``batch_size`` inferences; a failed one infers nothing. ``inferences``
+        is less than ``batch_size`` when the batch holds padding (the sequence batcher's not-READY rows)."""
         self.execution_count += 1
         if not failed:
-            self.inference_count += batch_size
+            self.inference_count += batch_size if inferences is None else inferences
             self.last_inference_ms = time.time_ns() // 1_000_000
         per_batch = self.batch.get(batch_size)
         if per_batch is None:

@@ -22,6 +22,9 @@ from naiad.config.validate import validate, validate_identity
 from naiad.core.errors import STATUS_NAMES, InferError, internal, invalid, not_found, unavailable
 from naiad.repository.layout import model_dirs, select_versions, version_dirs
 from naiad.repository.model import ModelVersion
+from naiad.repository.warmup import warm_up
+from naiad.scheduling.cache import ResponseCache
+from naiad.scheduling.rate_limiter import RateLimiter
 
 log = logging.getLogger("naiad.repository")
 
@@ -51,6 +54,8 @@ class RepositoryOptions:
     config_name: str = ""
     auto_complete: bool = True
     backend_config: dict[str, dict[str, str]] = field(default_factory=dict)
+    response_cache: ResponseCache | None = None  # --cache-config: shared by every model that enables it
+    rate_limiter: RateLimiter | None = None  # --rate-limit execution_count
 
 
 class ModelRepository:
@@ -126,11 +131,39 @@ class ModelRepository:
             except Exception as exc:  # a model's own bug is a failed load, not a dead server
                 self._version_failed(entry, version, internal(f"{type(exc).__name__}: {exc}"))
                 continue
-            model = ModelVersion(name, version, config, entry.config_dict, loaded, labels)
+            try:
+                model = ModelVersion(name, version, config, entry.config_dict, loaded, labels,
+                                     self.options.response_cache, self.options.rate_limiter, path)
+            except InferError as exc:
+                loaded.unload()
+                self._version_failed(entry, version, exc)
+                continue
             model.load_seconds = time.perf_counter() - started
             entry.versions[version] = model
             log.info("successfully loaded '%s' version %d", name, version)
         return entry
+
+    async def warm_up(self) -> None:
+        """Run every loaded version's ``model_warmup``; a version whose warmup fails is unloaded and reported,
+        so none is READY before its warmup completed."""
+        for entry in self.models.values():
+            for version, model in list(entry.versions.items()):
+                if not model.config.model_warmup:
+                    continue
+                try:
+                    await warm_up(model, entry.path)
+                except InferError as exc:
+                    error = exc
+                except Exception as exc:  # a model's own bug is a failed load, not a dead server
+                    error = internal(f"{type(exc).__name__}: {exc}")
+                else:
+                    continue
+                del entry.versions[version]
+                try:
+                    model.unload()
+                except Exception:
+                    log.exception("finalize() of '%s' version %d failed", entry.name, version)
+                self._version_failed(entry, version, error)
 
     @staticmethod
     def _version_failed(entry: ModelEntry, version: int, error: InferError) -> None:

@@ -4,16 +4,34 @@ from __future__ import annotations
 
 import asyncio
 import time
+from pathlib import Path
 from typing import Any, Callable
 
 from naiad.backends.base import LoadedVersion
 from naiad.config import ModelConfig
+from naiad.config.sequence import sequence_spec
 from naiad.config.signature import Signature
 from naiad.core.datatypes import CONFIG_TO_WIRE
 from naiad.core.errors import InferError
 from naiad.core.request import InferRequest, InferResponse
 from naiad.core.stats import ModelStats
+from naiad.scheduling.cache import ResponseCache
 from naiad.scheduling.default import DefaultScheduler
+from naiad.scheduling.dynamic import DynamicBatcher
+from naiad.scheduling.rate_limiter import RateLimiter
+from naiad.scheduling.sequence import SequenceBatcher
+
+Scheduler = DefaultScheduler | DynamicBatcher | SequenceBatcher
+
+
+def make_scheduler(config: ModelConfig, loaded: LoadedVersion, stats: ModelStats,
+                   limiter: RateLimiter | None, model_dir: Path | None = None) -> Scheduler:
+    """Triton's choice: the sequence batcher, else the dynamic batcher, else the default scheduler."""
+    if config.HasField("sequence_batching"):
+        return SequenceBatcher(config, loaded.instances, stats, limiter, sequence_spec(config, model_dir))
+    if config.HasField("dynamic_batching"):
+        return DynamicBatcher(config, loaded.instances, stats, limiter)
+    return DefaultScheduler(loaded.instances, stats, limiter)
 
 
 def _io_metadata(ios: Any, batching: bool) -> list[dict[str, Any]]:
@@ -31,7 +49,8 @@ def _io_metadata(ios: Any, batching: bool) -> list[dict[str, Any]]:
 
 class ModelVersion:
     def __init__(self, name: str, version: int, config: ModelConfig, config_dict: dict[str, Any],
-                 loaded: LoadedVersion, labels: dict[str, list[str]]) -> None:
+                 loaded: LoadedVersion, labels: dict[str, list[str]], cache: ResponseCache | None = None,
+                 limiter: RateLimiter | None = None, model_dir: Path | None = None) -> None:
         self.name = name
         self.version = version
         self.version_str = str(version)
@@ -41,7 +60,12 @@ class ModelVersion:
         self.labels = labels  # output name -> class labels, for the classification extension
         self.signature = Signature(config)
         self.stats = ModelStats()
-        self.scheduler = DefaultScheduler(loaded.instances, self.stats)
+        self.limiter = limiter
+        if limiter is not None:
+            limiter.register(config, loaded.instances)
+        self.scheduler: Scheduler = make_scheduler(config, loaded, self.stats, limiter, model_dir)
+        # Both the server (--cache-config) and the model (response_cache.enable) must ask for the cache.
+        self.cache = cache if config.response_cache.enable else None
         self.platform = config.platform or config.backend
         batching = config.max_batch_size > 0
         self.inputs_metadata = _io_metadata(config.input, batching)
@@ -64,6 +88,8 @@ class ModelVersion:
         self.signature.check(request)
         future: asyncio.Future[InferResponse] = asyncio.get_running_loop().create_future()
         request.model_version = self.version_str
+        if self.cache is not None and self._cached(request, future):
+            return future
         if self.decoupled and request.responder is not None:
             request.responder = self._checked_responder(request, request.responder)
         self.scheduler.enqueue(request, lambda req, resp, failed: self._complete(req, resp, failed, future))
@@ -83,19 +109,59 @@ class ModelVersion:
             sink(response)
         return respond
 
-    def _complete(self, request: InferRequest, response: InferResponse, failed: bool, future: asyncio.Future) -> None:
+    def _cached(self, request: InferRequest, future: asyncio.Future) -> bool:
+        """Answer from the response cache if it holds this request; on a miss remember where to store it."""
+        assert self.cache is not None
+        started = time.perf_counter_ns()
+        key = self.cache.key(request, self.name, self.version_str)
+        outputs = self.cache.lookup(key)
+        ended = time.perf_counter_ns()
+        if outputs is None:
+            request.cache_key = key
+            request.cache_ns = ended - started
+            return False
+        stats = self.stats
+        # Triton counts a hit as a success with its queue time, but neither an inference nor an execution.
+        stats.cache_hit.add(ended - started)
+        stats.queue.add(started - request.arrival_ns)
+        stats.success.add(ended - request.arrival_ns)
+        response = InferResponse(self.name, self.version_str, request.id, self.signature.select_outputs(
+            dict(outputs), request))
+        future.set_result(response)
+        return True
+
+    def _complete(self, request: InferRequest, response: InferResponse, failed: bool | str,
+                  future: asyncio.Future) -> None:
+        reason = failed if isinstance(failed, str) else "BACKEND"
         if response.error is None:
             try:
-                response.outputs = self.signature.select_outputs(response.outputs, request)
+                selected = self.signature.select_outputs(response.outputs, request)
             except InferError as exc:
                 response.outputs = {}
                 response.error = exc
                 failed = True
+                reason = "OTHER"
+            else:
+                if request.cache_key is not None and not failed:
+                    self._store(request, response)
+                response.outputs = selected
         elapsed = time.perf_counter_ns() - request.arrival_ns
-        (self.stats.fail if failed else self.stats.success).add(elapsed)
+        if failed:
+            self.stats.record_failure(elapsed, reason)
+        else:
+            self.stats.success.add(elapsed)
         response.model_version = self.version_str
         if not future.done():
             future.set_result(response)
 
+    def _store(self, request: InferRequest, response: InferResponse) -> None:
+        assert self.cache is not None and request.cache_key is not None
+        started = time.perf_counter_ns()
+        self.cache.insert(request.cache_key, response.outputs)
+        self.stats.cache_miss.add(request.cache_ns + time.perf_counter_ns() - started)
+
     def unload(self) -> None:
+        self.scheduler.stop()
+        if self.limiter is not None:
+            self.limiter.unregister(self.loaded.instances)
         self.loaded.unload()

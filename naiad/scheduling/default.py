@@ -1,84 +1,52 @@
-"""Triton's default scheduler: one request per execution, spread over the free instances.
+"""Triton's default scheduler (no ``dynamic_batching``): one request per execution, spread over the free
+instances, which run in parallel.
 
-Each pending request carries a completion callback; nothing here spawns a task per request.
-An instance whose ``execute`` answers inline finishes within the call; one that answers with
-an awaitable is awaited in a single task per execution.
+Each pending request carries a completion callback; nothing here spawns a task per request. A request is
+dispatched inline when an instance is free, so an idle model answers without a trip through the event loop.
 """
 
 from __future__ import annotations
 
-import asyncio
-import time
 from collections import deque
-from typing import Callable
 
 from naiad.backends.base import Execution, Instance
-from naiad.core.errors import internal
-from naiad.core.request import InferRequest, InferResponse
+from naiad.core.request import InferRequest
 from naiad.core.stats import ModelStats
-
-# (request, response, whether the execution itself failed)
-Done = Callable[[InferRequest, InferResponse, bool], None]
+from naiad.scheduling.execution import Done, InstancePool, now_ns, record, run
+from naiad.scheduling.rate_limiter import RateLimiter
 
 
 class DefaultScheduler:
-    def __init__(self, instances: list[Instance], stats: ModelStats) -> None:
-        self._idle: deque[Instance] = deque(instances)
-        self._queue: deque[tuple[InferRequest, Done, int]] = deque()
+    def __init__(self, instances: list[Instance], stats: ModelStats, limiter: RateLimiter | None = None) -> None:
+        self._pool = InstancePool(instances, limiter, self._dispatch)
+        self._queue: deque[tuple[InferRequest, Done]] = deque()
         self._stats = stats
-        self._running = 0
 
     @property
     def pending(self) -> int:
-        return len(self._queue) + self._running
+        return len(self._queue) + self._pool.busy
+
+    def stop(self) -> None:
+        """Nothing to cancel: this scheduler keeps no timers."""
 
     def enqueue(self, request: InferRequest, done: Done) -> None:
-        self._queue.append((request, done, time.perf_counter_ns()))
-        if self._idle:
+        self._queue.append((request, done))
+        if self._pool:
             self._dispatch()
 
     def _dispatch(self) -> None:
-        while self._idle and self._queue:
-            instance = self._idle.popleft()
-            request, done, queued_at = self._queue.popleft()
-            queue_ns = time.perf_counter_ns() - queued_at
-            self._running += 1
-            try:
-                result = instance.execute([request])
-            except Exception as exc:  # a backend bug must not strand the request
-                result = Execution([InferResponse(request.model_name, "", request.id, error=internal(str(exc)))],
-                                   failed=True)
-            if isinstance(result, Execution):
-                self._finish(instance, [request], [done], queue_ns, result)
-            else:
-                task = asyncio.ensure_future(result)
-                task.add_done_callback(
-                    lambda t, i=instance, r=[request], d=[done], q=queue_ns: self._finish_task(i, r, d, q, t)
-                )
+        while self._queue:
+            instance = self._pool.take()
+            if instance is None:
+                return
+            request, done = self._queue.popleft()
+            started = now_ns()
+            run(instance, [request], lambda i, reqs, result, d=done, s=started: self._finish(i, reqs, result, d, s))
 
-    def _finish_task(self, instance: Instance, requests: list[InferRequest], dones: list[Done], queue_ns: int,
-                     task: asyncio.Future) -> None:
-        exc = task.exception() if not task.cancelled() else None
-        if task.cancelled() or exc is not None:
-            error = internal(f"execution on instance '{instance.name}' failed: {exc!r}")
-            result = Execution([InferResponse(r.model_name, "", r.id, error=error) for r in requests], failed=True)
-        else:
-            result = task.result()
-        self._finish(instance, requests, dones, queue_ns, result)
-
-    def _finish(self, instance: Instance, requests: list[InferRequest], dones: list[Done], queue_ns: int,
-                result: Execution) -> None:
-        self._running -= 1
-        self._idle.append(instance)
-        batch = sum(r.batch_size or 1 for r in requests)
-        self._stats.record_execution(batch, result.input_ns, result.infer_ns, result.output_ns, result.failed)
-        if not result.failed:
-            # Like Triton, only requests that completed count toward queue and compute times.
-            self._stats.queue.add(queue_ns, len(requests))
-            self._stats.compute_input.add(result.input_ns, len(requests))
-            self._stats.compute_infer.add(result.infer_ns, len(requests))
-            self._stats.compute_output.add(result.output_ns, len(requests))
-        for request, done, response in zip(requests, dones, result.responses):
-            done(request, response, result.failed)
+    def _finish(self, instance: Instance, requests: list[InferRequest], result: Execution, done: Done,
+                started: int) -> None:
+        self._pool.give(instance)
+        record(self._stats, requests, result, started)
+        done(requests[0], result.responses[0], result.failed)
         if self._queue:
             self._dispatch()

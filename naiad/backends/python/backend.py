@@ -113,6 +113,12 @@ def _instance_args(ctx: VersionContext) -> list[dict[str, str]]:
     return out
 
 
+def _plain_scheduling(config: ModelConfig) -> bool:
+    if config.HasField("dynamic_batching") or config.HasField("sequence_batching") or len(config.model_warmup):
+        return False
+    return not any(g.HasField("rate_limiter") for g in config.instance_group)
+
+
 class InProcessVersion(LoadedVersion):
     def __init__(self, ctx: VersionContext) -> None:
         module = import_model(_model_file(ctx.config, ctx.version_dir), ctx.name)
@@ -152,6 +158,9 @@ class WorkerVersion(LoadedVersion):
             depth = max(1, int(options.get("pipeline-depth", "4")))
         except ValueError:
             raise invalid("python backend setting pipeline-depth must be a number") from None
+        if not _plain_scheduling(ctx.config):
+            # Batchers, sequence slots, warmup and the rate limiter count instances: one slot each.
+            depth = concurrency = 1
         environment = resolve_environment(ctx)
         self.owner = f"{ctx.name}/{ctx.version}"
         decoupled = ctx.config.model_transaction_policy.decoupled

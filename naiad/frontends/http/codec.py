@@ -13,9 +13,10 @@ from typing import Any
 import numpy as np
 import orjson
 
-from naiad.core.datatypes import WIRE_TO_NUMPY, BytesFormatError, deserialize_bytes, element_count, serialize_bytes
+from naiad.core.datatypes import WIRE_TO_NUMPY, element_count, serialize_bytes
 from naiad.core.errors import internal, invalid, not_found
 from naiad.core.request import InferRequest, InferResponse, log_prefix as _log
+from naiad.core.tensors import classify, from_buffer
 
 # Request parameters that steer the server rather than reach the model.
 _RESERVED_PARAMETERS = frozenset(
@@ -80,7 +81,7 @@ def decode_request(
     for name, datatype, dtype, shape, source in pending:
         count = element_count(shape)
         if isinstance(source, _Binary):
-            array = _from_binary(name, source.chunk, dtype, shape, count, request, model_name)
+            array = from_buffer(name, source.chunk, dtype, shape, request, model_name)
         else:
             array = _from_json(source, dtype, shape, count)
         if name in request.inputs:
@@ -226,33 +227,6 @@ def _parse_input(item: Any, tail: bytes | memoryview, offset: int, model_name: s
     return name, datatype, dtype, shape, _Binary(tail[offset : offset + size]), size
 
 
-def _from_binary(name: str, chunk: memoryview | bytes, dtype: np.dtype, shape: list[int], count: int,
-                 request: InferRequest, model_name: str) -> np.ndarray:
-    if dtype is _OBJECT:
-        try:
-            array = deserialize_bytes(chunk)
-        except BytesFormatError as exc:
-            raise invalid(exc.for_input(name)) from None
-        if array.size > count:
-            raise invalid(
-                f"{_log(request)}unexpected number of string elements {array.size} for inference input '{name}' "
-                f"for model '{model_name}', expecting {count}"
-            )
-        if array.size < count:
-            raise invalid(
-                f"{_log(request)}expected {count} string elements for inference input '{name}' for model "
-                f"'{model_name}', got {array.size}"
-            )
-        return array.reshape(shape)
-    expected = count * dtype.itemsize
-    if len(chunk) != expected:
-        raise invalid(
-            f"{_log(request)}input byte size mismatch for input '{name}' for model '{model_name}'. Expected "
-            f"{expected}, got {len(chunk)}"
-        )
-    return np.frombuffer(chunk, dtype=dtype).reshape(shape)
-
-
 def _flatten(data: list) -> list:
     flat: list = []
     stack = [iter(data)]
@@ -384,20 +358,3 @@ def _to_str(value: Any) -> str:
     if isinstance(value, (bytes, bytearray)):
         return value.decode("utf-8", errors="replace")
     return str(value)
-
-
-def classify(array: np.ndarray, k: int, labels: list[str] | None) -> np.ndarray:
-    """Triton's classification extension: the top ``k`` entries per batch row as ``value:index[:label]``."""
-    if array.dtype == _OBJECT:
-        raise invalid("classification is not supported for BYTES outputs")
-    rows = array.reshape(array.shape[0], -1) if array.ndim > 1 else array.reshape(1, -1)
-    k = min(k, rows.shape[1])
-    out = np.empty((rows.shape[0], k), dtype=np.object_)
-    for r, row in enumerate(rows):
-        order = np.argsort(-row, kind="stable")[:k]
-        for j, idx in enumerate(order):
-            value = row[idx]
-            text = f"{float(value):f}" if row.dtype.kind == "f" else str(value)
-            label = labels[idx] if labels and idx < len(labels) else None
-            out[r, j] = (f"{text}:{idx}:{label}" if label else f"{text}:{idx}").encode()
-    return out if array.ndim > 1 else out.reshape(k)

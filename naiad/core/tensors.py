@@ -1,0 +1,70 @@
+"""Tensors from request buffers, checked the way Triton's core checks an input's bytes.
+
+Every front end that receives raw tensor bytes (HTTP's binary extension, gRPC's ``raw_input_contents``)
+builds its arrays here, so sizes and BYTES element counts are checked once, in Triton's words.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from naiad.core.datatypes import BytesFormatError, deserialize_bytes, element_count
+from naiad.core.errors import invalid
+from naiad.core.request import InferRequest, log_prefix
+
+_OBJECT = np.dtype(np.object_)
+
+
+def from_buffer(name: str, buffer: bytes | memoryview, dtype: np.dtype, shape: list[int], request: InferRequest,
+                model_name: str, core_bytes_wording: bool = False) -> np.ndarray:
+    """A zero-copy view of ``buffer`` as the input ``name`` (BYTES: split into an object array).
+
+    ``core_bytes_wording``: a malformed BYTES length prefix is reported as Triton's core words it (the gRPC
+    path); Triton's HTTP front end parses BYTES itself first and words it differently.
+    """
+    count = element_count(shape)
+    if dtype is _OBJECT:
+        try:
+            array = deserialize_bytes(buffer)
+        except BytesFormatError as exc:
+            if core_bytes_wording and exc.kind == "incomplete string length indicator":
+                raise invalid(
+                    f"{log_prefix(request)}incomplete string length indicator for inference input '{name}' for "
+                    f"model '{model_name}', {exc.detail.replace('in one chunk', 'in one buffer')}"
+                ) from None
+            raise invalid(exc.for_input(name)) from None
+        if array.size > count:
+            raise invalid(
+                f"{log_prefix(request)}unexpected number of string elements {array.size} for inference input "
+                f"'{name}' for model '{model_name}', expecting {count}"
+            )
+        if array.size < count:
+            raise invalid(
+                f"{log_prefix(request)}expected {count} string elements for inference input '{name}' for model "
+                f"'{model_name}', got {array.size}"
+            )
+        return array.reshape(shape)
+    expected = count * dtype.itemsize
+    if len(buffer) != expected:
+        raise invalid(
+            f"{log_prefix(request)}input byte size mismatch for input '{name}' for model '{model_name}'. Expected "
+            f"{expected}, got {len(buffer)}"
+        )
+    return np.frombuffer(buffer, dtype=dtype).reshape(shape)
+
+
+def classify(array: np.ndarray, k: int, labels: list[str] | None) -> np.ndarray:
+    """Triton's classification extension: the top ``k`` entries per batch row as ``value:index[:label]``."""
+    if array.dtype == _OBJECT:
+        raise invalid("classification is not supported for BYTES outputs")
+    rows = array.reshape(array.shape[0], -1) if array.ndim > 1 else array.reshape(1, -1)
+    k = min(k, rows.shape[1])
+    out = np.empty((rows.shape[0], k), dtype=np.object_)
+    for r, row in enumerate(rows):
+        order = np.argsort(-row, kind="stable")[:k]
+        for j, idx in enumerate(order):
+            value = row[idx]
+            text = f"{float(value):f}" if row.dtype.kind == "f" else str(value)
+            label = labels[idx] if labels and idx < len(labels) else None
+            out[r, j] = (f"{text}:{idx}:{label}" if label else f"{text}:{idx}").encode()
+    return out if array.ndim > 1 else out.reshape(k)

@@ -1,0 +1,1 @@
+"""gRPC front end: inference.GRPCInferenceService and grpc.health.v1.Health."""

@@ -1,0 +1,212 @@
+"""Every GRPCInferenceService RPC except inference: health, metadata, config, statistics, repository,
+shared memory, trace and log settings. Control plane: clarity over speed, answers as Triton 2.51 gives them.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable
+from typing import Any
+
+from google.protobuf import json_format
+from tritonclient.grpc import service_pb2 as pb
+
+from naiad.core.errors import (
+    Code,
+    InferError,
+    internal,
+    invalid,
+    not_found,
+    unavailable,
+)
+from naiad.frontends.grpc.codec import parse_version
+from naiad.service import Service
+
+
+class Control:
+    def __init__(self, service: Service) -> None:
+        self.service = service
+
+    # --- health and metadata ------------------------------------------------------------------------------------
+
+    def ServerLive(self, request: pb.ServerLiveRequest) -> pb.ServerLiveResponse:
+        return pb.ServerLiveResponse(live=self.service.live)
+
+    def ServerReady(self, request: pb.ServerReadyRequest) -> pb.ServerReadyResponse:
+        return pb.ServerReadyResponse(ready=self.service.is_ready())
+
+    def ModelReady(self, request: pb.ModelReadyRequest) -> pb.ModelReadyResponse:
+        version = parse_version(request.version)
+        return pb.ModelReadyResponse(ready=self.service.model_ready(request.name, version))
+
+    def ServerMetadata(self, request: pb.ServerMetadataRequest) -> pb.ServerMetadataResponse:
+        return pb.ServerMetadataResponse(**self.service.server_metadata())
+
+    def ModelMetadata(self, request: pb.ModelMetadataRequest) -> pb.ModelMetadataResponse:
+        meta = self.service.model_metadata(request.name, parse_version(request.version))
+        tensor = pb.ModelMetadataResponse.TensorMetadata
+        return pb.ModelMetadataResponse(
+            name=meta["name"], versions=meta["versions"], platform=meta["platform"],
+            inputs=[tensor(**t) for t in meta["inputs"]], outputs=[tensor(**t) for t in meta["outputs"]],
+        )
+
+    def ModelConfig(self, request: pb.ModelConfigRequest) -> pb.ModelConfigResponse:
+        # The very message the HTTP /config JSON is rendered from.
+        return pb.ModelConfigResponse(config=self.service.model(request.name, parse_version(request.version)).config)
+
+    def ModelStatistics(self, request: pb.ModelStatisticsRequest) -> pb.ModelStatisticsResponse:
+        stats = self.service.model_statistics(request.name, parse_version(request.version))
+        # Triton's statistics JSON uses the protobuf field names, so the library maps it field for field.
+        return json_format.ParseDict(stats, pb.ModelStatisticsResponse())
+
+    # --- repository ---------------------------------------------------------------------------------------------
+
+    def RepositoryIndex(self, request: pb.RepositoryIndexRequest) -> pb.RepositoryIndexResponse:
+        rows = self.service.repository_index(request.ready)
+        return pb.RepositoryIndexResponse(models=[pb.RepositoryIndexResponse.ModelIndex(**row) for row in rows])
+
+    def RepositoryModelLoad(self, request: pb.RepositoryModelLoadRequest) -> pb.RepositoryModelLoadResponse:
+        # Model control arrives with the explicit control mode; in 'none' mode Triton refuses both.
+        raise unavailable("explicit model load / unload is not allowed if polling is enabled")
+
+    def RepositoryModelUnload(self, request: pb.RepositoryModelUnloadRequest) -> pb.RepositoryModelUnloadResponse:
+        raise unavailable("explicit model load / unload is not allowed if polling is enabled")
+
+    # --- shared memory: no region can be registered yet ----------------------------------------------------------
+
+    def SystemSharedMemoryStatus(self, request: pb.SystemSharedMemoryStatusRequest
+                                 ) -> pb.SystemSharedMemoryStatusResponse:
+        if request.name:
+            raise not_found(f"Unable to find system shared memory region: '{request.name}'")
+        return pb.SystemSharedMemoryStatusResponse()
+
+    def SystemSharedMemoryRegister(self, request: pb.SystemSharedMemoryRegisterRequest
+                                   ) -> pb.SystemSharedMemoryRegisterResponse:
+        if not os.path.exists(os.path.join("/dev/shm", request.key.lstrip("/"))):
+            raise internal(f"Unable to open shared memory region: '{request.key}'")
+        raise InferError("system shared memory regions are not supported by naiad yet", Code.UNSUPPORTED)
+
+    def SystemSharedMemoryUnregister(self, request: pb.SystemSharedMemoryUnregisterRequest
+                                     ) -> pb.SystemSharedMemoryUnregisterResponse:
+        return pb.SystemSharedMemoryUnregisterResponse()  # unregistering an unknown region succeeds, as in Triton
+
+    def CudaSharedMemoryStatus(self, request: pb.CudaSharedMemoryStatusRequest) -> pb.CudaSharedMemoryStatusResponse:
+        if request.name:
+            raise not_found(f"Unable to find cuda shared memory region: '{request.name}'")
+        return pb.CudaSharedMemoryStatusResponse()
+
+    def CudaSharedMemoryRegister(self, request: pb.CudaSharedMemoryRegisterRequest
+                                 ) -> pb.CudaSharedMemoryRegisterResponse:
+        # What a Triton without a usable GPU answers.
+        raise invalid("failed to register shared memory region: invalid args")
+
+    def CudaSharedMemoryUnregister(self, request: pb.CudaSharedMemoryUnregisterRequest
+                                   ) -> pb.CudaSharedMemoryUnregisterResponse:
+        return pb.CudaSharedMemoryUnregisterResponse()
+
+    # --- trace and log settings ------------------------------------------------------------------------------------
+
+    def TraceSetting(self, request: pb.TraceSettingRequest) -> pb.TraceSettingResponse:
+        model = request.model_name
+        if model and not self.service.model_ready(model):
+            raise invalid(f"Request for unknown model : {model}")
+        if request.settings:
+            self.service.trace_settings.update(model, _trace_changes(request.settings))
+        settings = self.service.trace_settings.get(model)
+        value = pb.TraceSettingResponse.SettingValue
+        return pb.TraceSettingResponse(settings={k: value(value=v) for k, v in settings.items()})
+
+    def LogSettings(self, request: pb.LogSettingsRequest) -> pb.LogSettingsResponse:
+        if request.settings:
+            self.service.log_settings.update(**_log_changes(request.settings))
+        value = pb.LogSettingsResponse.SettingValue
+        settings: dict[str, Any] = {}
+        for key, current in self.service.log_settings.as_dict().items():
+            if isinstance(current, bool):
+                settings[key] = value(bool_param=current)
+            elif isinstance(current, int):
+                settings[key] = value(uint32_param=current)
+            else:
+                settings[key] = value(string_param=current)
+        return pb.LogSettingsResponse(settings=settings)
+
+
+def _trace_changes(settings: Any) -> dict[str, list[str] | None]:
+    """Triton's checks of a trace update, in its order and words; an empty value list clears a setting."""
+    if "trace_file" in settings:
+        raise InferError("trace file location can not be updated through network protocol", Code.UNSUPPORTED)
+    changes: dict[str, list[str] | None] = {}
+    if "trace_level" in settings:
+        levels = list(settings["trace_level"].value)
+        if not levels:
+            changes["trace_level"] = None
+        else:
+            if "OFF" in levels and len(levels) > 1:
+                raise invalid("Expect only one trace level 'OFF' is specified")
+            known = [level for level in ("TIMESTAMPS", "TENSORS") if level in levels]
+            if levels == ["OFF"]:
+                changes["trace_level"] = ["OFF"]
+            elif known:
+                changes["trace_level"] = known
+    for key, low, high in (("trace_rate", 0, 2**32 - 1), ("trace_count", -1, 2**31 - 1),
+                           ("log_frequency", 0, 2**32 - 1)):
+        if key not in settings:
+            continue
+        values = list(settings[key].value)
+        if not values:
+            changes[key] = None
+            continue
+        if len(values) > 1:
+            raise invalid(f"expect only 1 value for '{key}'")
+        number = _stoi(values[0], key)
+        if key == "trace_count" and number < -1:
+            raise invalid(f"Unable to parse '{key}'. Expecting value >= -1, got: {values[0]}")
+        if not low <= number <= high:
+            raise invalid(f"Unable to parse '{key}', value is out of range [ {low}, {high} ], got: {values[0]}")
+        changes[key] = [str(number)]
+    return changes
+
+
+def _stoi(text: str, key: str) -> int:
+    digits = text.strip()
+    end = 1 if digits[:1] in ("+", "-") else 0
+    while end < len(digits) and digits[end].isdigit():
+        end += 1
+    try:
+        return int(digits[:end])
+    except ValueError:
+        raise invalid(f"Unable to parse '{key}', got: {text}") from None
+
+
+_LOG_KINDS = {"log_info": ("bool_param", "boolean", "info"), "log_warning": ("bool_param", "boolean", "warning"),
+              "log_error": ("bool_param", "boolean", "error"),
+              "log_verbose_level": ("uint32_param", "int32", "verbose"),
+              "log_format": ("string_param", "string", "format")}
+
+
+def _log_changes(settings: Any) -> dict[str, Any]:
+    if "log_file" in settings:
+        raise InferError("log file location can not be updated through network protocol", Code.UNSUPPORTED)
+    changes: dict[str, Any] = {}
+    for key, (kind, kind_name, attribute) in _LOG_KINDS.items():
+        if key not in settings:
+            continue
+        param = settings[key]
+        if param.WhichOneof("parameter_choice") != kind:
+            raise invalid(f"expect {kind_name} for '{key}'")
+        value = getattr(param, kind)
+        if key == "log_format" and value not in ("default", "ISO8601"):
+            raise invalid(f"invalid argument for log_format, got: {value}")
+        changes[attribute] = value
+    return changes
+
+
+def unary_methods(control: Control) -> dict[str, Callable[[Any], Any]]:
+    """RPC name -> its plain handler, for the server to wrap."""
+    return {name: getattr(control, name) for name in (
+        "ServerLive", "ServerReady", "ModelReady", "ServerMetadata", "ModelMetadata", "ModelConfig",
+        "ModelStatistics", "RepositoryIndex", "RepositoryModelLoad", "RepositoryModelUnload",
+        "SystemSharedMemoryStatus", "SystemSharedMemoryRegister", "SystemSharedMemoryUnregister",
+        "CudaSharedMemoryStatus", "CudaSharedMemoryRegister", "CudaSharedMemoryUnregister", "TraceSetting",
+        "LogSettings",
+    )}

@@ -1,0 +1,177 @@
+"""ModelInfer and ModelStreamInfer over the service.
+
+ModelInfer is the hot path: decode, queue, await the model's future, encode; errors set the call's
+status instead of raising through grpc. ModelStreamInfer goes through ``Service.stream`` so decoupled
+models can answer a request many times: responses of non-decoupled models leave in request order (as
+Triton sends them), a decoupled model's as they come.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections import deque
+from collections.abc import AsyncIterator
+from typing import Any
+
+from tritonclient.grpc import service_pb2 as pb
+
+from naiad.core.errors import Code, InferError, internal
+from naiad.frontends.grpc.codec import (
+    OutputOptions,
+    decode_request,
+    encode_response,
+    parse_version,
+    stream_empty_final,
+    stream_error,
+    stream_response,
+)
+from naiad.frontends.grpc.status import fail
+from naiad.repository.model import ModelVersion
+from naiad.service import Service
+
+log = logging.getLogger("naiad.grpc")
+
+_DECOUPLED_INFER = "ModelInfer RPC doesn't support models with decoupled transaction policy"
+
+
+def is_decoupled(model: ModelVersion) -> bool:
+    return model.config.model_transaction_policy.decoupled
+
+
+class Inference:
+    def __init__(self, service: Service) -> None:
+        self.service = service
+
+    async def ModelInfer(self, message: pb.ModelInferRequest, context: Any) -> pb.ModelInferResponse | None:
+        service = self.service
+        try:
+            version = message.model_version
+            model = service.model(message.model_name, parse_version(version) if version else "")
+            if is_decoupled(model):
+                raise InferError(_DECOUPLED_INFER, Code.UNSUPPORTED)
+            request, options = decode_request(message, model)
+            future = service.infer(request, model)
+        except InferError as exc:
+            fail(context, exc)
+            return None
+        # A model that answers inline has already resolved the future: skip the suspension.
+        response = future.result() if future.done() else await future
+        if response.error is not None:
+            fail(context, response.error)
+            return None
+        try:
+            return encode_response(response, options, model.labels if options.classification else None)
+        except InferError as exc:
+            fail(context, exc)
+            return None
+
+    async def ModelStreamInfer(self, messages: AsyncIterator[pb.ModelInferRequest], context: Any
+                               ) -> AsyncIterator[pb.ModelStreamInferResponse]:
+        stream = _Stream(self.service)
+        reader = asyncio.ensure_future(stream.read(messages))
+        try:
+            while True:
+                item = await stream.outbox.get()
+                if item is None:
+                    break
+                yield item
+            if reader.done() and not reader.cancelled() and reader.exception() is not None:
+                raise reader.exception()  # type: ignore[misc]
+        finally:
+            # The client went away or the stream ended: stop reading and abandon what is still running.
+            reader.cancel()
+            for task in list(stream.tasks):
+                task.cancel()
+
+
+class _Slot:
+    """A non-decoupled request's place in the stream's response order."""
+
+    __slots__ = ("messages", "complete")
+
+    def __init__(self) -> None:
+        self.messages: list[pb.ModelStreamInferResponse] = []
+        self.complete = False
+
+
+class _Stream:
+    """One ModelStreamInfer call: the reader queues requests, each request's responses go to ``outbox``."""
+
+    def __init__(self, service: Service) -> None:
+        self.service = service
+        self.outbox: asyncio.Queue[pb.ModelStreamInferResponse | None] = asyncio.Queue()
+        self.ordered: deque[_Slot] = deque()
+        self.tasks: set[asyncio.Task] = set()
+        self.reading = True
+
+    async def read(self, messages: AsyncIterator[pb.ModelInferRequest]) -> None:
+        try:
+            async for message in messages:
+                self._start(message)
+        finally:
+            self.reading = False
+            self._maybe_end()
+
+    def _start(self, message: pb.ModelInferRequest) -> None:
+        decoupled = False
+        try:
+            model = self.service.model(message.model_name, parse_version(message.model_version))
+            decoupled = is_decoupled(model)
+            request, options = decode_request(message, model)
+        except InferError as exc:
+            slot = self._slot()
+            slot.messages.append(stream_error(exc, message))
+            self._complete(slot)
+            return
+        slot = None if decoupled else self._slot()
+        task = asyncio.ensure_future(self._run(message, model, request, options, decoupled, slot))
+        self.tasks.add(task)
+        task.add_done_callback(self._task_done)
+
+    def _slot(self) -> _Slot:
+        slot = _Slot()
+        self.ordered.append(slot)
+        return slot
+
+    async def _run(self, message: pb.ModelInferRequest, model: ModelVersion, request: Any, options: OutputOptions,
+                   decoupled: bool, slot: _Slot | None) -> None:
+        labels = model.labels if options.classification else None
+        try:
+            async for response in self.service.stream(request, model):
+                if decoupled and response.final and response.error is None and not response.outputs:
+                    # Only the "complete" flag: Triton sends it only to clients that asked for it.
+                    if options.enable_empty_final:
+                        self._emit(stream_empty_final(message), slot)
+                    continue
+                self._emit(stream_response(response, options, labels, message), slot)
+        except InferError as exc:
+            # Refused when queued (e.g. the model's signature check): answered like a decode error.
+            self._emit(stream_error(exc, message), slot)
+        except Exception as exc:  # a bug must cost one answer, not the whole stream
+            log.exception("stream request failed")
+            self._emit(stream_error(internal(f"{type(exc).__name__}: {exc}"), message), slot)
+        if slot is not None:
+            self._complete(slot)
+
+    def _emit(self, item: pb.ModelStreamInferResponse, slot: _Slot | None) -> None:
+        if slot is None:
+            self.outbox.put_nowait(item)
+        else:
+            slot.messages.append(item)
+
+    def _complete(self, slot: _Slot) -> None:
+        slot.complete = True
+        ordered = self.ordered
+        while ordered and ordered[0].complete:
+            for item in ordered.popleft().messages:
+                self.outbox.put_nowait(item)
+        self._maybe_end()
+
+    def _task_done(self, task: asyncio.Task) -> None:
+        self.tasks.discard(task)
+        self._maybe_end()
+
+    def _maybe_end(self) -> None:
+        if not self.reading and not self.tasks and not self.ordered:
+            self.outbox.put_nowait(None)

@@ -1,0 +1,90 @@
+"""The grpc.aio server: ``inference.GRPCInferenceService`` and ``grpc.health.v1.Health`` on the server's loop.
+
+grpc.aio runs on whatever loop is current, uvloop included (it polls its completion queue from its own
+thread and hands events to the loop). Handlers are registered as generic handlers with the generated
+messages' own (de)serializers, so no servicer class sits between grpc and the handlers.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from typing import Any
+
+import grpc
+from grpc import aio
+from grpc_health.v1 import health_pb2
+from tritonclient.grpc import service_pb2 as pb
+
+from naiad.core.errors import InferError
+from naiad.frontends.grpc.control import Control, unary_methods
+from naiad.frontends.grpc.inference import Inference
+from naiad.frontends.grpc.options import GrpcOptions
+from naiad.frontends.grpc.status import fail
+from naiad.service import Service
+
+log = logging.getLogger("naiad.grpc")
+
+SERVICE_NAME = "inference.GRPCInferenceService"
+_METHODS = pb.DESCRIPTOR.services_by_name["GRPCInferenceService"].methods_by_name
+
+
+def _guarded(handler: Callable[[Any], Any]) -> Callable[[Any, Any], Any]:
+    """A control-plane handler as a grpc.aio one: an ``InferError`` becomes the call's status."""
+    async def call(request: Any, context: Any) -> Any:
+        try:
+            return handler(request)
+        except InferError as exc:
+            fail(context, exc)
+            return None
+    return call
+
+
+def _unary(name: str, behaviour: Callable[[Any, Any], Any]) -> grpc.RpcMethodHandler:
+    method = _METHODS[name]
+    return grpc.unary_unary_rpc_method_handler(
+        behaviour,
+        request_deserializer=getattr(pb, method.input_type.name).FromString,
+        response_serializer=getattr(pb, method.output_type.name).SerializeToString,
+    )
+
+
+def handlers(service: Service) -> list[grpc.GenericRpcHandler]:
+    inference = Inference(service)
+    table = {name: _unary(name, _guarded(fn)) for name, fn in unary_methods(Control(service)).items()}
+    table["ModelInfer"] = _unary("ModelInfer", inference.ModelInfer)
+    table["ModelStreamInfer"] = grpc.stream_stream_rpc_method_handler(
+        inference.ModelStreamInfer,
+        request_deserializer=pb.ModelInferRequest.FromString,
+        response_serializer=pb.ModelStreamInferResponse.SerializeToString,
+    )
+    missing = set(_METHODS) - set(table)
+    assert not missing, f"unhandled RPCs: {missing}"
+
+    async def health_check(request: health_pb2.HealthCheckRequest, context: Any) -> health_pb2.HealthCheckResponse:
+        # Triton answers for any service name: SERVING while the server is live.
+        status = health_pb2.HealthCheckResponse.SERVING if service.live else health_pb2.HealthCheckResponse.NOT_SERVING
+        return health_pb2.HealthCheckResponse(status=status)
+
+    health = {"Check": grpc.unary_unary_rpc_method_handler(
+        health_check,
+        request_deserializer=health_pb2.HealthCheckRequest.FromString,
+        response_serializer=health_pb2.HealthCheckResponse.SerializeToString,
+    )}
+    return [grpc.method_handlers_generic_handler(SERVICE_NAME, table),
+            grpc.method_handlers_generic_handler("grpc.health.v1.Health", health)]
+
+
+async def start(service: Service, options: GrpcOptions) -> aio.Server:
+    server = aio.server(options=options.channel_options())
+    server.add_generic_rpc_handlers(handlers(service))
+    address = f"{options.address}:{options.port}"
+    try:
+        bound = server.add_insecure_port(address)
+    except RuntimeError:
+        bound = 0
+    if bound == 0:
+        raise SystemExit(f"error: failed to bind the gRPC server to {address}")
+    await server.start()
+    log.info("Started GRPCInferenceService at %s", address)
+    return server

@@ -1,0 +1,1 @@
+"""Prometheus metrics with Triton's names on the metrics port."""

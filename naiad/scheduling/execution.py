@@ -1,0 +1,113 @@
+"""What every scheduler shares: running one formed batch on an instance, the pool of free instances, and the
+statistics of an execution.
+
+A batch runs inline when the instance answers inline, or in one task per *execution* (never per request) when
+it answers with an awaitable, so instances run in parallel either way.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections import deque
+from typing import TYPE_CHECKING, Callable
+
+from naiad.backends.base import Execution, Instance
+from naiad.core.errors import internal
+from naiad.core.request import InferRequest, InferResponse
+from naiad.core.stats import ModelStats
+
+if TYPE_CHECKING:
+    from naiad.scheduling.rate_limiter import RateLimiter
+
+# (request, response, failed): False, True (the execution failed), or the failure reason for the statistics
+# when the scheduler refused the request itself ("REJECTED": its queue timeout expired)
+Done = Callable[[InferRequest, InferResponse, "bool | str"], None]
+# (instance, the requests it ran, their responses and timings)
+Finish = Callable[[Instance, list[InferRequest], Execution], None]
+
+
+def failed_execution(requests: list[InferRequest], message: str) -> Execution:
+    error = internal(message)
+    return Execution([InferResponse(r.model_name, "", r.id, error=error) for r in requests], failed=True)
+
+
+def run(instance: Instance, requests: list[InferRequest], finish: Finish) -> None:
+    """Execute ``requests`` on ``instance`` and call ``finish`` once with the outcome, now or later."""
+    try:
+        result = instance.execute(requests)
+    except Exception as exc:  # a backend bug must not strand the requests
+        result = failed_execution(requests, str(exc))
+    if isinstance(result, Execution):
+        finish(instance, requests, result)
+        return
+    task = asyncio.ensure_future(result)
+    task.add_done_callback(lambda t: finish(instance, requests, _outcome(instance, requests, t)))
+
+
+def _outcome(instance: Instance, requests: list[InferRequest], task: asyncio.Future) -> Execution:
+    if task.cancelled():
+        return failed_execution(requests, f"execution on instance '{instance.name}' was cancelled")
+    exc = task.exception()
+    if exc is not None:
+        return failed_execution(requests, f"execution on instance '{instance.name}' failed: {exc!r}")
+    return task.result()
+
+
+def record(stats: ModelStats, requests: list[InferRequest], result: Execution, started_ns: int,
+           batch_size: int | None = None) -> None:
+    """Triton's accounting for one execution: the batch (``batch_size`` counts padding requests too, as the
+    backend reports them), and, for requests that completed, their queue and compute times."""
+    inferences = 0
+    for r in requests:
+        inferences += r.batch_size or 1
+    stats.record_execution(inferences if batch_size is None else batch_size, result.input_ns, result.infer_ns,
+                           result.output_ns, result.failed, inferences)
+    if not result.failed:
+        n = len(requests)
+        queue_ns = 0
+        for r in requests:
+            queue_ns += started_ns - r.arrival_ns
+        stats.queue.add(queue_ns, n)
+        stats.compute_input.add(result.input_ns, n)
+        stats.compute_infer.add(result.infer_ns, n)
+        stats.compute_output.add(result.output_ns, n)
+
+
+class InstancePool:
+    """The instances free to take work. With a rate limiter an instance is only handed out once its group's
+    resources are granted; ``wake`` is called when a refused instance may now be granted."""
+
+    def __init__(self, instances: list[Instance], limiter: "RateLimiter | None" = None,
+                 wake: Callable[[], None] | None = None) -> None:
+        self._idle: deque[Instance] = deque(instances)
+        self._limiter = limiter
+        self._wake = wake
+        self.busy = 0
+
+    def __bool__(self) -> bool:
+        return bool(self._idle)
+
+    def take(self) -> Instance | None:
+        if not self._idle:
+            return None
+        if self._limiter is None:
+            self.busy += 1
+            return self._idle.popleft()
+        # Triton's order: the instance with the fewest executions (weighted by priority) first.
+        for instance in sorted(self._idle, key=self._limiter.score):
+            if self._limiter.acquire(instance, self._wake):
+                self._idle.remove(instance)
+                self.busy += 1
+                return instance
+        return None
+
+    def give(self, instance: Instance) -> None:
+        self.busy -= 1
+        if self._limiter is not None:
+            self._limiter.release(instance)
+        self._idle.append(instance)
+
+
+def now_ns() -> int:
+    return time.perf_counter_ns()
