@@ -257,6 +257,23 @@ class TritonPythonModel:
         return [pb_utils.InferenceResponse([pb_utils.Tensor("OUT", r.inputs()[0].as_numpy())]) for r in requests]
 """
 
+# python_backend's custom_metrics pattern: a counter with model/version labels, incremented by the input.
+METERED = """
+import numpy as np
+import triton_python_backend_utils as pb_utils
+
+class TritonPythonModel:
+    def initialize(self, args):
+        family = pb_utils.MetricFamily(name="requests_process_total_ns", description="Cumulative input",
+                                       kind=pb_utils.MetricFamily.COUNTER)
+        self.metric = family.Metric(labels={"model": args["model_name"], "version": args["model_version"]})
+
+    def execute(self, requests):
+        for r in requests:
+            self.metric.increment(float(r.inputs()[0].as_numpy()[0]))
+        return [pb_utils.InferenceResponse([pb_utils.Tensor("OUT", r.inputs()[0].as_numpy())]) for r in requests]
+"""
+
 
 def write(repo: Path, name: str, config: str, source: str) -> Path:
     return write_model(repo, name, config, source)

@@ -59,6 +59,8 @@ def repo(tmp_path_factory: pytest.TempPathFactory) -> Path:
             m.BIG_SUM)
     m.write(repo, "huge_output", m.io_config("huge_output", [("IN", "TYPE_INT32", "[ 1 ]")],
                                              [("OUT", "TYPE_UINT8", "[ -1 ]")]), m.HUGE_OUTPUT)
+    m.write(repo, "metered", m.io_config("metered", [("IN", "TYPE_INT32", "[ 1 ]")], [("OUT", "TYPE_INT32", "[ 1 ]")],
+                                         "instance_group [{ kind: KIND_CPU, count: 2 }]"), m.METERED)
     m.write(repo, "logger", m.io_config("logger", [("IN", "TYPE_INT32", "[ 1 ]")], [("OUT", "TYPE_INT32", "[ 1 ]")]),
             m.LOGGER)
     return repo
@@ -288,3 +290,42 @@ def test_killed_worker_fails_in_flight_requests_and_others_never_notice(
     _wait_ready(client, "crasher")
     assert _pid(client, "crasher") != pid
     assert {_pid(client, "pids") for _ in range(4)} == others
+
+
+# --- decoupled over gRPC ModelStreamInfer (python_backend's simple_grpc_custom_repeat pattern) -----------------
+
+def test_grpc_stream_from_a_decoupled_model(server: RunningServer) -> None:
+    import queue
+
+    import tritonclient.grpc as grpcclient
+
+    received: queue.Queue = queue.Queue()
+    with grpcclient.InferenceServerClient(server.grpc_url) as client:
+        client.start_stream(callback=lambda result, error: received.put((result, error)))
+        for request_id, values in (("0", [4, 2, 0, 1]), ("1", [7])):
+            tensor = grpcclient.InferInput("IN", [len(values)], "INT32")
+            tensor.set_data_from_numpy(np.array(values, np.int32))
+            client.async_stream_infer("repeat", [tensor], request_id=request_id,
+                                      outputs=[grpcclient.InferRequestedOutput("OUT")])
+        got: dict[str, list[int]] = {"0": [], "1": []}
+        for _ in range(5):
+            result, error = received.get(timeout=10)
+            assert error is None
+            got[result.get_response().id].append(int(result.as_numpy("OUT")[0]))
+            assert result.as_numpy("IDX") is None  # only the requested output comes back
+        client.stop_stream()
+    assert got == {"0": [4, 2, 0, 1], "1": [7]}
+
+
+
+
+def test_custom_metrics_on_the_metrics_page(server: RunningServer) -> None:
+    """Both instances (two processes) add to one series, served on /metrics as Triton names it."""
+    with httpclient.InferenceServerClient(server.url) as c:
+        for _ in range(6):
+            c.infer("metered", [_int_input("IN", [5])])
+    conn = http.client.HTTPConnection("127.0.0.1", server.metrics_port, timeout=10)
+    conn.request("GET", "/metrics")
+    page = conn.getresponse().read().decode()
+    conn.close()
+    assert 'requests_process_total_ns{model="metered",version="1"} 30' in page.replace(".0\n", "\n") + "\n"
