@@ -10,7 +10,7 @@ import asyncio
 from typing import Any, AsyncIterator
 
 import naiad
-from naiad.core.errors import invalid, unavailable
+from naiad.core.errors import Code, InferError, invalid, unavailable
 from naiad.core.request import InferRequest, InferResponse
 from naiad.core.settings import LogSettings, TraceSettings
 from naiad.repository.manager import ModelRepository
@@ -50,11 +50,16 @@ class Service:
         return self.repository.get(name, version)
 
     def infer(self, request: InferRequest, model: ModelVersion | None = None) -> "asyncio.Future[InferResponse]":
-        """Queue a request. Raises ``InferError`` for a request that can't be queued."""
+        """Queue a request. Raises ``InferError`` for a request that can't be queued. A decoupled model
+        answers only through ``stream``."""
         if not self.accepting:
             raise unavailable("Server is not ready to accept requests (shutting down)")
         if model is None:
             model = self.repository.get(request.model_name, request.model_version)
+        if model.decoupled:
+            raise InferError(f"model '{model.name}' uses the decoupled transaction policy: its responses can only be "
+                             "streamed (gRPC ModelStreamInfer, HTTP generate_stream, BLS exec(decoupled=True))",
+                             Code.UNSUPPORTED)
         future = model.submit(request)
         self.in_flight += 1
         future.add_done_callback(self._finished)
@@ -62,8 +67,48 @@ class Service:
 
     async def stream(self, request: InferRequest, model: ModelVersion | None = None) -> AsyncIterator[InferResponse]:
         """Responses of one request as they come; the last has ``final`` set. Streaming front ends (gRPC
-        ModelStreamInfer, HTTP generate_stream) use this; a non-decoupled model yields exactly one response."""
-        yield await self.infer(request, model)
+        ModelStreamInfer, HTTP generate_stream) use this; a non-decoupled model yields exactly one response,
+        a decoupled one zero or more and then a final one (which may carry no outputs). Closing the iterator
+        early tells the model the client went away."""
+        if model is None:
+            model = self.repository.get(request.model_name, request.model_version)
+        if not model.decoupled:
+            yield await self.infer(request, model)
+            return
+        if not self.accepting:
+            raise unavailable("Server is not ready to accept requests (shutting down)")
+        queue: asyncio.Queue[InferResponse] = asyncio.Queue()
+        finished = False
+
+        def respond(response: InferResponse) -> None:
+            nonlocal finished
+            if not finished:
+                finished = response.final
+                queue.put_nowait(response)
+
+        def executed(future: asyncio.Future) -> None:
+            # An execution that failed before the model could answer (or that raised) ends the stream.
+            if not future.cancelled() and future.result().error is not None and not finished:
+                response = future.result()
+                response.final = True
+                respond(response)
+
+        request.responder = respond
+        future = model.submit(request)
+        future.add_done_callback(executed)
+        self.in_flight += 1
+        try:
+            while True:
+                response = await queue.get()
+                yield response
+                if response.final:
+                    return
+        finally:
+            if not finished:
+                future.cancel() if not future.done() else model.loaded.cancel(request)
+            self.in_flight -= 1
+            if self.in_flight == 0 and self._idle is not None:
+                self._idle.set()
 
     def _finished(self, _: asyncio.Future) -> None:
         self.in_flight -= 1

@@ -70,6 +70,14 @@ class Instance(abc.ABC):
 class LoadedVersion(abc.ABC):
     instances: list[Instance]
 
+    @property
+    def ready(self) -> bool:
+        """False while the version can't serve as configured (e.g. a worker process is being restarted)."""
+        return True
+
+    def cancel(self, request: InferRequest) -> None:
+        """The client no longer wants ``request``: let a model that checks ``is_cancelled()`` stop early."""
+
     def unload(self) -> None:
         for instance in self.instances:
             instance.finalize()

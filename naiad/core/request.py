@@ -6,7 +6,7 @@ construction cheap on the hot path; nothing here validates, the model's signatur
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Callable
 
 import numpy as np
 
@@ -28,6 +28,7 @@ class InferRequest:
         "batch_size",
         "arrival_ns",
         "raw_input",
+        "responder",
         "cache_key",
         "cache_ns",
     )
@@ -57,6 +58,9 @@ class InferRequest:
         # A body sent without a JSON header (Inference-Header-Content-Length: 0): the model's only input,
         # whose name, datatype and shape the signature deduces, as Triton's raw-input path does.
         self.raw_input: bytes | None = None
+        # Where a decoupled model's responses go, each as it is produced (``final`` marks the last);
+        # set by ``Service.stream``.
+        self.responder: Callable[[InferResponse], None] | None = None
         # Set by a model with the response cache on a miss: where to store the response, and the lookup time.
         self.cache_key: bytes | None = None
         self.cache_ns = 0

@@ -290,13 +290,13 @@ class ModelRepository:
 
     def is_ready(self, name: str, version: str = "") -> bool:
         try:
-            self.get(name, version)
+            return self.get(name, version).ready
         except InferError:
             return False
-        return True
 
     def all_ready(self) -> bool:
-        return all(e.ready and not e.failed for e in self.models.values())
+        return all(e.ready and not e.failed and all(m.ready for m in e.versions.values())
+                   for e in self.models.values())
 
     def index(self, ready_only: bool = False) -> list[dict[str, str]]:
         rows: list[dict[str, str]] = []

@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 import time
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 from naiad.backends.base import LoadedVersion
 from naiad.config import ModelConfig
@@ -78,9 +78,18 @@ class ModelVersion:
         self.inputs_metadata = _io_metadata(config.input, batching)
         self.outputs_metadata = _io_metadata(config.output, batching)
         self.load_seconds = 0.0
+        self.decoupled = config.model_transaction_policy.decoupled
+
+    @property
+    def ready(self) -> bool:
+        return self.loaded.ready
 
     def submit(self, request: InferRequest) -> "asyncio.Future[InferResponse]":
-        """Check the request and queue it; the future resolves to a response (its ``error`` may be set)."""
+        """Check the request and queue it; the future resolves to a response (its ``error`` may be set).
+
+        For a decoupled model the future only says the execution ended (its response matters only if it
+        carries an error); the responses themselves go to ``request.responder``. Cancelling the future
+        tells the model the client went away."""
         request.arrival_ns = time.perf_counter_ns()
         # A request rejected here never reached the model: Triton leaves it out of the statistics.
         self.signature.check(request)
@@ -88,8 +97,24 @@ class ModelVersion:
         request.model_version = self.version_str
         if self.cache is not None and self._cached(request, future):
             return future
+        if self.decoupled and request.responder is not None:
+            request.responder = self._checked_responder(request, request.responder)
         self.scheduler.enqueue(request, lambda req, resp, failed: self._complete(req, resp, failed, future))
+        future.add_done_callback(lambda f: f.cancelled() and self.loaded.cancel(request))
         return future
+
+    def _checked_responder(self, request: InferRequest, sink: Callable[[InferResponse], None]
+                           ) -> Callable[[InferResponse], None]:
+        def respond(response: InferResponse) -> None:
+            if response.error is None:
+                try:
+                    response.outputs = self.signature.select_outputs(response.outputs, request)
+                except InferError as exc:
+                    response.outputs = {}
+                    response.error = exc
+            response.model_version = self.version_str
+            sink(response)
+        return respond
 
     def _cached(self, request: InferRequest, future: asyncio.Future) -> bool:
         """Answer from the response cache if it holds this request; on a miss remember where to store it."""

@@ -1,67 +1,57 @@
-"""Runs ``TritonPythonModel`` classes. In this build each instance runs inside the server process;
-the worker-process transport replaces ``PythonInstance`` behind the same seam.
+"""Runs ``TritonPythonModel`` classes. By default each instance runs in its own worker process
+(``process.py``) with tensors in shared memory; ``--backend-config=python,in-process=true`` runs them
+inside the server instead (``inprocess.py``).
+
+Backend settings (``--backend-config=python,<key>=<value>``): ``shm-default-byte-size`` and
+``shm-growth-byte-size`` (Triton's, also read from ``SAGEMAKER_TRITON_SHM_DEFAULT_BYTE_SIZE`` /
+``SAGEMAKER_TRITON_SHM_GROWTH_BYTE_SIZE``), ``in-process``, ``max-async-executions`` (how many
+``async def execute`` calls one instance runs at once; default 64) and ``pipeline-depth`` (how many
+requests a synchronous instance may have queued in its socket; default 4; it still runs them one by one).
 """
 
 from __future__ import annotations
 
-import importlib.util
-import inspect
-import sys
-import time
-import traceback
+import asyncio
+import os
 from pathlib import Path
-from types import ModuleType
-from typing import Any, Awaitable
+from typing import Any
 
-from naiad.backends.base import Backend, Execution, ExecuteResult, Instance, LoadedVersion, VersionContext
-from naiad.backends.python import pb_utils
+from naiad.backends.base import Backend, Instance, LoadedVersion, VersionContext
+from naiad.backends.python import metrics, pb_utils
+from naiad.backends.python.environment import resolve_environment
+from naiad.backends.python.inprocess import InProcessInstance
+from naiad.backends.python.process import WorkerProcess, WorkerSpec
+from naiad.backends.python.runner import import_model
+from naiad.backends.python.shm import DEFAULT_GROWTH, DEFAULT_SIZE
 from naiad.config import ModelConfig, pb
 from naiad.config.render import config_to_dict, dict_to_config
-from naiad.core.errors import Code, InferError, internal, invalid
-from naiad.core.request import InferRequest, InferResponse
+from naiad.core.errors import InferError, invalid
 
-# pb_utils.TritonError codes, in order, as core codes.
-_CODES = [Code.UNKNOWN, Code.INTERNAL, Code.NOT_FOUND, Code.INVALID_ARG, Code.UNAVAILABLE, Code.UNSUPPORTED,
-          Code.ALREADY_EXISTS, Code.CANCELLED]
 _KIND_NAMES = {pb.ModelInstanceGroup.KIND_CPU: "CPU", pb.ModelInstanceGroup.KIND_GPU: "GPU",
                pb.ModelInstanceGroup.KIND_MODEL: "MODEL", pb.ModelInstanceGroup.KIND_AUTO: "AUTO"}
+_ENV_SIZES = {"shm-default-byte-size": "SAGEMAKER_TRITON_SHM_DEFAULT_BYTE_SIZE",
+              "shm-growth-byte-size": "SAGEMAKER_TRITON_SHM_GROWTH_BYTE_SIZE"}
 
 
 def _model_file(config: ModelConfig, version_dir: Path) -> Path:
     return version_dir / (config.default_model_filename or "model.py")
 
 
-def _import_model(path: Path, tag: str) -> ModuleType:
-    if not path.is_file():
-        raise invalid(f"unable to find '{path}' for model '{tag}'")
-    module_name = f"_naiad_model_{abs(hash(str(path))):x}"
-    spec = importlib.util.spec_from_file_location(module_name, path)
-    if spec is None or spec.loader is None:
-        raise invalid(f"unable to import '{path}'")
-    module = importlib.util.module_from_spec(spec)
-    # Models import helpers that sit beside model.py, as Triton's stub allows.
-    folder = str(path.parent)
-    sys.path.insert(0, folder)
+def _size_option(options: dict[str, str], key: str, default: int) -> int:
+    raw = options.get(key) or os.environ.get(_ENV_SIZES[key]) or ""
+    if not raw:
+        return default
     try:
-        spec.loader.exec_module(module)
-    except Exception as exc:
-        raise invalid(f"failed to load model '{tag}' from {path}: {type(exc).__name__}: {exc}") from None
-    finally:
-        if sys.path and sys.path[0] == folder:
-            sys.path.pop(0)
-    if not hasattr(module, "TritonPythonModel"):
-        raise invalid(f"{path} must define class 'TritonPythonModel' for model '{tag}'")
-    return module
+        value = int(raw)
+    except ValueError:
+        raise invalid(f"python backend setting {key} must be a number of bytes, got '{raw}'") from None
+    if value <= 0:
+        raise invalid(f"python backend setting {key} must be positive, got {value}")
+    return value
 
 
-def _describe(exc: BaseException) -> str:
-    """An exception as Triton's stub reports it: type, message, then the model's frames, innermost first."""
-    frames = [f for f in traceback.extract_tb(exc.__traceback__) if not f.filename.startswith(_OWN_DIR)]
-    where = "".join(f"  {f.filename}({f.lineno}): {f.name}\n" for f in reversed(frames))
-    return f"{type(exc).__name__}: {exc}\n\nAt:\n{where}" if where else f"{type(exc).__name__}: {exc}"
-
-
-_OWN_DIR = str(Path(__file__).resolve().parent)
+def _flag(options: dict[str, str], key: str) -> bool:
+    return options.get(key, "").strip().lower() in ("1", "true", "yes", "on")
 
 
 class PythonBackend(Backend):
@@ -72,8 +62,8 @@ class PythonBackend(Backend):
         candidates = [d for d in version_dirs if _model_file(config, d).is_file()]
         if not candidates:
             return config
-        module = _import_model(_model_file(config, candidates[-1]), config.name)
-        hook = getattr(module.TritonPythonModel, "auto_complete_config", None)
+        module = _import_for_auto_complete(config, _model_file(config, candidates[-1]))
+        hook = getattr(module.TritonPythonModel, "auto_complete_config", None) if module is not None else None
         if hook is None:
             return config
         helper = pb_utils.ModelConfig(config_to_dict(config))
@@ -91,117 +81,133 @@ class PythonBackend(Backend):
             raise invalid(f"auto_complete_config of model '{config.name}' returned an invalid config: {exc}") from None
 
     def load(self, ctx: VersionContext) -> LoadedVersion:
-        module = _import_model(_model_file(ctx.config, ctx.version_dir), ctx.name)
-        return PythonVersion(ctx, module)
+        if _flag(ctx.options, "in-process"):
+            return InProcessVersion(ctx)
+        return WorkerVersion(ctx)
 
 
-class PythonVersion(LoadedVersion):
-    def __init__(self, ctx: VersionContext, module: ModuleType) -> None:
+def _import_for_auto_complete(config: ModelConfig, path: Path) -> Any:
+    try:
+        return import_model(path, config.name)
+    except InferError:
+        if "EXECUTION_ENV_PATH" in config.parameters:
+            # The model's packages live in its own environment; its worker will import it there.
+            return None
+        raise
+
+
+def _instance_args(ctx: VersionContext) -> list[dict[str, str]]:
+    out = []
+    for group in ctx.config.instance_group:
+        for index in range(group.count):
+            device = group.gpus[index % len(group.gpus)] if group.gpus else 0
+            out.append({
+                "model_config": ctx.config_json,
+                "model_instance_kind": _KIND_NAMES.get(group.kind, "CPU"),
+                "model_instance_name": f"{group.name}_{index}",
+                "model_instance_device_id": str(device),
+                "model_repository": str(ctx.model_dir),
+                "model_version": str(ctx.version),
+                "model_name": ctx.name,
+            })
+    return out
+
+
+def _plain_scheduling(config: ModelConfig) -> bool:
+    if config.HasField("dynamic_batching") or config.HasField("sequence_batching") or len(config.model_warmup):
+        return False
+    return not any(g.HasField("rate_limiter") for g in config.instance_group)
+
+
+class InProcessVersion(LoadedVersion):
+    def __init__(self, ctx: VersionContext) -> None:
+        module = import_model(_model_file(ctx.config, ctx.version_dir), ctx.name)
         self.instances = []
         try:
-            for group in ctx.config.instance_group:
-                for index in range(group.count):
-                    device = group.gpus[index % len(group.gpus)] if group.gpus else 0
-                    args = {
-                        "model_config": ctx.config_json,
-                        "model_instance_kind": _KIND_NAMES.get(group.kind, "CPU"),
-                        "model_instance_name": f"{group.name}_{index}",
-                        "model_instance_device_id": str(device),
-                        "model_repository": str(ctx.model_dir),
-                        "model_version": str(ctx.version),
-                        "model_name": ctx.name,
-                    }
-                    self.instances.append(PythonInstance(ctx, module.TritonPythonModel(), args))
+            for args in _instance_args(ctx):
+                self.instances.append(InProcessInstance(ctx, module.TritonPythonModel(), args))
         except BaseException:
             self.unload()
             raise
 
 
-class PythonInstance(Instance):
-    def __init__(self, ctx: VersionContext, model: Any, args: dict[str, str]) -> None:
-        self.name = args["model_instance_name"]
-        self.model_name = ctx.name
-        self.version = ctx.version
-        self.version_str = str(ctx.version)
-        self.output_names = [o.name for o in ctx.config.output]
-        self.model = model
-        init = getattr(model, "initialize", None)
-        if init is not None:
-            try:
-                result = init(args)
-                if inspect.isawaitable(result):
-                    raise invalid(f"initialize() of model '{ctx.name}' must not be a coroutine in this build")
-            except InferError:
-                raise
-            except Exception as exc:
-                raise internal(_describe(exc)) from None
-        self._execute = model.execute
+class WorkerSlot(Instance):
+    """What the scheduler sees of a worker: one slot per execution the worker takes at a time (several for
+    an ``async def execute``, so awaiting models overlap)."""
 
-    def execute(self, requests: list[InferRequest]) -> ExecuteResult:
-        t0 = time.perf_counter_ns()
-        from_core = pb_utils.InferenceRequest._from_core
-        pb_requests = [
-            from_core(self.model_name, self.version, r, r.requested_outputs or self.output_names) for r in requests
-        ]
-        t1 = time.perf_counter_ns()
+    def __init__(self, process: WorkerProcess) -> None:
+        self.name = process.name
+        self.execute = process.execute  # type: ignore[method-assign]
+
+    def execute(self, requests: list) -> Any:  # replaced per instance by the process's own method
+        raise NotImplementedError
+
+
+class WorkerVersion(LoadedVersion):
+    def __init__(self, ctx: VersionContext) -> None:
+        options = ctx.options
+        shm_default = _size_option(options, "shm-default-byte-size", DEFAULT_SIZE)
+        shm_growth = _size_option(options, "shm-growth-byte-size", DEFAULT_GROWTH)
         try:
-            result = self._execute(pb_requests)
-        except Exception as exc:
-            return self._failed(requests, exc, t1 - t0, time.perf_counter_ns() - t1)
-        if inspect.isawaitable(result):
-            return self._finish_async(result, requests, t0, t1)
-        t2 = time.perf_counter_ns()
-        responses = self._convert(result, requests)
-        return Execution(responses, t1 - t0, t2 - t1, time.perf_counter_ns() - t2)
-
-    async def _finish_async(self, pending: Awaitable[Any], requests: list[InferRequest], t0: int, t1: int) -> Execution:
+            concurrency = max(1, int(options.get("max-async-executions", "64")))
+        except ValueError:
+            raise invalid("python backend setting max-async-executions must be a number") from None
         try:
-            result = await pending
-        except Exception as exc:
-            return self._failed(requests, exc, t1 - t0, time.perf_counter_ns() - t1)
-        t2 = time.perf_counter_ns()
-        responses = self._convert(result, requests)
-        return Execution(responses, t1 - t0, t2 - t1, time.perf_counter_ns() - t2)
+            # A sync worker still runs one execution at a time, but the next request is already waiting in
+            # its socket when it finishes: under load, no sleep-and-wake per request.
+            depth = max(1, int(options.get("pipeline-depth", "4")))
+        except ValueError:
+            raise invalid("python backend setting pipeline-depth must be a number") from None
+        if not _plain_scheduling(ctx.config):
+            # Batchers, sequence slots, warmup and the rate limiter count instances: one slot each.
+            depth = concurrency = 1
+        environment = resolve_environment(ctx)
+        self.owner = f"{ctx.name}/{ctx.version}"
+        decoupled = ctx.config.model_transaction_policy.decoupled
+        model_file = str(_model_file(ctx.config, ctx.version_dir))
+        if not Path(model_file).is_file():
+            raise invalid(f"unable to find '{model_file}' for model '{ctx.name}'")
+        self.processes: list[WorkerProcess] = []
+        for args in _instance_args(ctx):
+            spec = WorkerSpec(ctx.name, ctx.version, args["model_instance_name"], model_file, args, decoupled,
+                              [o.name for o in ctx.config.output], shm_default, shm_growth)
+            if environment is not None:
+                environment.apply(spec)
+            self.processes.append(WorkerProcess(spec, ctx.core))
+        try:
+            for process in self.processes:  # start them all, then wait: instances initialize in parallel
+                process.start()
+            for process in self.processes:
+                process.wait_ready()
+        except BaseException:
+            self.unload()
+            raise
+        try:
+            loop: asyncio.AbstractEventLoop | None = asyncio.get_running_loop()
+        except RuntimeError:
+            loop = None
+        self.instances = []
+        for process in self.processes:
+            if loop is not None:
+                process.attach(loop)
+        # Slots interleave across processes, so the scheduler's round robin spreads work over all of them.
+        for round_ in range(max(concurrency if p.is_async else depth for p in self.processes)):
+            for process in self.processes:
+                if round_ < (concurrency if process.is_async else depth):
+                    self.instances.append(WorkerSlot(process))
 
-    def _failed(self, requests: list[InferRequest], exc: BaseException, input_ns: int, infer_ns: int) -> Execution:
-        error = internal(
-            f"Failed to process the request(s) for model '{self.name}', message: {_describe(exc)}"
-        )
-        return Execution([self._error_response(r, error) for r in requests], input_ns, infer_ns, 0, failed=True)
+    @property
+    def ready(self) -> bool:
+        return all(p.ready for p in self.processes)
 
-    def _error_response(self, request: InferRequest, error: InferError) -> InferResponse:
-        return InferResponse(self.model_name, self.version_str, request.id, error=error)
+    def cancel(self, request: Any) -> None:
+        for process in self.processes:
+            if process.cancel(request):
+                return
 
-    def _convert(self, result: Any, requests: list[InferRequest]) -> list[InferResponse]:
-        if not isinstance(result, list):
-            error = internal(
-                f"Failed to process the request(s) for model '{self.name}', message: Expected a list in the execute "
-                f"return, found type '{type(result)}'."
-            )
-            return [self._error_response(r, error) for r in requests]
-        if len(result) != len(requests):
-            error = internal(
-                f"Failed to process the request(s) for model '{self.name}', message: Number of InferenceResponse "
-                f"objects do not match the number of InferenceRequest objects. InferenceRequest(s) size is:"
-                f"{len(requests)}, and InferenceResponse(s) size is:{len(result)}\n"
-            )
-            return [self._error_response(r, error) for r in requests]
-        return [self._convert_one(resp, req) for resp, req in zip(result, requests)]
-
-    def _convert_one(self, response: Any, request: InferRequest) -> InferResponse:
-        if not isinstance(response, pb_utils.InferenceResponse):
-            return self._error_response(request, internal(
-                f"Failed to process the request(s) for model '{self.name}', message: Expected an InferenceResponse "
-                f"object in the execute function return list, found type '{type(response)}'."
-            ))
-        error = response._error
-        if error is not None:
-            code = _CODES[error.code()] if 0 <= error.code() < len(_CODES) else Code.INTERNAL
-            return self._error_response(request, InferError(error.message(), code))
-        outputs = {t._name: t._array for t in response._output_tensors}
-        return InferResponse(self.model_name, self.version_str, request.id, outputs, response._parameters)
-
-    def finalize(self) -> None:
-        fin = getattr(self.model, "finalize", None)
-        if fin is not None:
-            fin()
+    def unload(self) -> None:
+        for process in self.processes:
+            process.closing = True
+        for process in self.processes:
+            process.stop()
+        metrics.REGISTRY.release(self.owner)

@@ -1,7 +1,8 @@
 """``triton_python_backend_utils`` for naiad: the API a Triton ``model.py`` imports, backed by NumPy.
 
-Everything an unmodified python_backend model touches lives here; the backend builds
-``InferenceRequest`` objects from core requests with ``InferenceRequest._from_core``.
+Everything an unmodified python_backend model touches lives here. What leaves the model (BLS, response
+senders, log lines, custom metrics, model control) goes through ``_host``, which the worker process (or
+the in-process backend) installs.
 """
 
 from __future__ import annotations
@@ -143,11 +144,26 @@ class _CapsuleHolder:
         return (1, 0)  # kDLCPU
 
 
+class _RequestState:
+    """What a request shares with its response sender and with the host: the cancelled flag and where
+    decoupled responses go. The host fills it in when it builds the request."""
+
+    __slots__ = ("cancelled", "send", "decoupled", "sent", "closed", "response")
+
+    def __init__(self, decoupled: bool = False, send: Any = None) -> None:
+        self.cancelled = False
+        self.send: Any = send  # callable(response | None, flags), set by the host
+        self.decoupled = decoupled
+        self.sent = 0
+        self.closed = False
+        self.response: Any = None  # a non-decoupled model's one response sent through the sender
+
+
 class InferenceRequest:
-    """A request as a model sees it. Built by the server; BLS construction arrives with the worker issue."""
+    """A request as a model sees it, or one a model builds to call another model (BLS)."""
 
     __slots__ = ("_inputs", "_request_id", "_correlation_id", "_flags", "_parameters", "_requested_output_names",
-                 "_timeout", "_model_name", "_model_version", "_by_name")
+                 "_timeout", "_model_name", "_model_version", "_by_name", "_state", "_sender")
 
     def __init__(
         self,
@@ -162,6 +178,8 @@ class InferenceRequest:
         parameters: dict[str, Any] | str | None = None,
         **_: Any,
     ) -> None:
+        if not isinstance(correlation_id, (int, str)):
+            raise TritonModelException("Correlation ID must be integer or string")
         self._model_name = model_name
         self._model_version = model_version
         self._inputs = list(inputs or [])
@@ -174,6 +192,8 @@ class InferenceRequest:
         if isinstance(parameters, str):
             parameters = json.loads(parameters)
         self._parameters = parameters or {}
+        self._state = None
+        self._sender = None
 
     @classmethod
     def _from_core(cls, model_name: str, model_version: int, request: Any, requested: list[str]) -> "InferenceRequest":
@@ -189,6 +209,8 @@ class InferenceRequest:
         self._flags = request.flags
         self._timeout = request.timeout_us
         self._parameters = request.parameters
+        self._state = None
+        self._sender = None
         return self
 
     def inputs(self) -> list[Tensor]:
@@ -202,6 +224,9 @@ class InferenceRequest:
 
     def flags(self) -> int:
         return self._flags
+
+    def set_flags(self, flags: int) -> None:
+        self._flags = flags
 
     def timeout(self) -> int:
         return self._timeout
@@ -220,7 +245,19 @@ class InferenceRequest:
         return self._model_version
 
     def is_cancelled(self) -> bool:
-        return False
+        return self._state is not None and self._state.cancelled
+
+    def set_release_flags(self, flags: int) -> None:
+        """Rescheduling requests is a sequence-batching feature naiad's python backend does not offer."""
+        if flags != TRITONSERVER_REQUEST_RELEASE_ALL:
+            raise TritonModelException("request rescheduling is not supported by this naiad build")
+
+    def get_response_sender(self) -> "InferenceResponseSender":
+        if self._state is None:
+            raise TritonModelException("a response sender exists only for requests the server passed to execute()")
+        if self._sender is None:
+            self._sender = InferenceResponseSender(self._state)
+        return self._sender
 
     def get_input_tensor_by_name(self, name: str) -> Tensor | None:
         for tensor in self._inputs:
@@ -228,11 +265,75 @@ class InferenceRequest:
                 return tensor
         return None
 
-    def exec(self, decoupled: bool = False) -> "InferenceResponse":
-        raise TritonModelException("BLS requests are not available in this naiad build yet")
+    def exec(self, decoupled: bool = False) -> Any:
+        """Run this request on another model and wait: an ``InferenceResponse``, or with ``decoupled=True`` an
+        iterator over every response (the last one may carry no outputs)."""
+        return _host.exec(self, decoupled)
 
-    async def async_exec(self, decoupled: bool = False) -> "InferenceResponse":
-        raise TritonModelException("BLS requests are not available in this naiad build yet")
+    def async_exec(self, decoupled: bool = False) -> Any:
+        """An awaitable ``exec``: many can be in flight at once from one ``async def execute``."""
+        return _host.async_exec(self, decoupled)
+
+
+class InferenceResponseSender:
+    """Sends the responses of one request, from any thread, while or after ``execute`` runs."""
+
+    __slots__ = ("_state",)
+
+    def __init__(self, state: _RequestState) -> None:
+        self._state = state
+
+    def send(self, response: "InferenceResponse | None" = None, flags: int = 0) -> None:
+        state = self._state
+        if flags != TRITONSERVER_RESPONSE_COMPLETE_FINAL and flags != 0:
+            raise TritonModelException("Unable to send response. Unsupported flag provided.")
+        if flags == 0 and response is None:
+            raise TritonModelException(
+                "Inference Response object must be provided when the response flags is set to zero.")
+        if response is not None and not isinstance(response, InferenceResponse):
+            raise TritonModelException(
+                f"Unable to send response. Expected an InferenceResponse, found type '{type(response)}'.")
+        if not state.decoupled:
+            if response is not None and state.sent > 0:
+                raise TritonModelException(
+                    "Unable to send response. Non-decoupled model cannot send more than one response.")
+            if response is None and flags == TRITONSERVER_RESPONSE_COMPLETE_FINAL and state.sent == 0:
+                raise TritonModelException(
+                    "Unable to send response. Non-decoupled model cannot send complete final before sending a "
+                    "response.")
+        if state.closed:
+            raise TritonModelException("Unable to send response. Response sender has been closed.")
+        if flags == TRITONSERVER_RESPONSE_COMPLETE_FINAL:
+            state.closed = True
+        if response is not None:
+            state.sent += 1
+            if not state.decoupled:
+                # A non-decoupled model's one response: execute() returns None and the server takes this one.
+                state.response = response
+                return
+        if state.decoupled:
+            state.send(response, flags)
+
+    def is_cancelled(self) -> bool:
+        return self._state.cancelled
+
+
+class ResponseIterator:
+    """The responses of a decoupled BLS request, as they arrive. ``items`` yields them and ends after the final one."""
+
+    def __init__(self, items: Any, cancel: Any = None) -> None:
+        self._items = iter(items)
+        self._cancel = cancel
+
+    def __iter__(self) -> "ResponseIterator":
+        return self
+
+    def __next__(self) -> "InferenceResponse":
+        return next(self._items)
+
+    def cancel(self) -> None:
+        if self._cancel is not None:
+            self._cancel()
 
 
 class InferenceResponse:
@@ -273,27 +374,169 @@ class Logger:
     ERROR = 2
     VERBOSE = 3
 
-    _LEVELS = {INFO: logging.INFO, WARNING: logging.WARNING, ERROR: logging.ERROR, VERBOSE: logging.DEBUG}
-
     @staticmethod
     def log(message: str, level: int = INFO) -> None:
-        _logger.log(Logger._LEVELS.get(level, logging.INFO), message)
+        _host.log(int(level), str(message))
 
     @staticmethod
     def log_info(message: str) -> None:
-        _logger.info(message)
+        _host.log(Logger.INFO, str(message))
 
     @staticmethod
     def log_warn(message: str) -> None:
-        _logger.warning(message)
+        _host.log(Logger.WARNING, str(message))
 
     @staticmethod
     def log_error(message: str) -> None:
-        _logger.error(message)
+        _host.log(Logger.ERROR, str(message))
 
     @staticmethod
     def log_verbose(message: str) -> None:
-        _logger.debug(message)
+        _host.log(Logger.VERBOSE, str(message))
+
+
+class MetricFamily:
+    """A custom Prometheus metric family, served on the server's /metrics page."""
+
+    COUNTER = 0
+    GAUGE = 1
+    HISTOGRAM = 2
+
+    def __init__(self, name: str, description: str, kind: int) -> None:
+        if kind not in (MetricFamily.COUNTER, MetricFamily.GAUGE, MetricFamily.HISTOGRAM):
+            raise TritonModelException("Unknown metric kind")
+        if not isinstance(name, str) or not name:
+            raise TritonModelException("Error when creating MetricFamily: the name must be a non-empty string")
+        self._name = name
+        self._description = str(description)
+        self._kind = int(kind)
+        try:
+            _host.metric_family(name, self._description, self._kind)
+        except TritonModelException as exc:
+            raise TritonModelException(f"Error when creating MetricFamily: {exc}") from None
+
+    def Metric(self, labels: dict[str, str] | None = None, buckets: list[float] | None = None) -> "Metric":
+        return Metric(self, labels, buckets)
+
+
+MetricKind = MetricFamily
+
+
+class Metric:
+    """One labelled series of a ``MetricFamily``; every call reaches the server, so instances of a model that
+    use the same labels share one series."""
+
+    __slots__ = ("_family", "_key")
+
+    def __init__(self, family: MetricFamily, labels: dict[str, str] | None = None,
+                 buckets: list[float] | None = None) -> None:
+        if labels is not None and not isinstance(labels, dict):
+            raise TritonModelException("Failed to create metric. Labels must be a dictionary.")
+        if buckets is not None:
+            if not isinstance(buckets, list):
+                raise TritonModelException("Failed to create metric. Buckets must be a list.")
+            if family._kind != MetricFamily.HISTOGRAM:
+                raise TritonModelException("Failed to create metric. Unexpected buckets found.")
+        elif family._kind == MetricFamily.HISTOGRAM:
+            raise TritonModelException("Failed to create metric. Missing required buckets.")
+        self._family = family
+        labels = {str(k): str(v) for k, v in (labels or {}).items()}
+        self._key = (family._name, tuple(sorted(labels.items())))
+        try:
+            _host.metric_new(family._name, labels, [float(b) for b in buckets] if buckets is not None else None)
+        except TritonModelException as exc:
+            raise TritonModelException(f"Error when creating Metric: {exc}") from None
+
+    def _op(self, op: str, value: float, what: str) -> float:
+        try:
+            return _host.metric_op(self._key, op, float(value))
+        except TritonModelException as exc:
+            raise TritonModelException(f"Failed to {what}: {exc}") from None
+
+    def increment(self, value: float) -> None:
+        kind = self._family._kind
+        if kind == MetricFamily.HISTOGRAM:
+            raise TritonModelException("Failed to increment metric value: increment is not supported for histograms")
+        if kind == MetricFamily.COUNTER and value < 0:
+            raise TritonModelException("Failed to increment metric value: counters can only increase")
+        self._op("increment", value, "increment metric value")
+
+    def set(self, value: float) -> None:
+        if self._family._kind != MetricFamily.GAUGE:
+            raise TritonModelException("Failed to set metric value: set is supported for gauges only")
+        self._op("set", value, "set metric value")
+
+    def observe(self, value: float) -> None:
+        if self._family._kind != MetricFamily.HISTOGRAM:
+            raise TritonModelException("Failed to observe metric value: observe is supported for histograms only")
+        self._op("observe", value, "observe metric value")
+
+    def value(self) -> float:
+        if self._family._kind == MetricFamily.HISTOGRAM:
+            raise TritonModelException("Failed to get metric value: value is not supported for histograms")
+        return self._op("value", 0.0, "get metric value")
+
+
+def load_model(model_name: str, config: str = "", files: dict[str, bytes] | None = None) -> None:
+    """Load (or reload) a model in the server; needs ``--model-control-mode=explicit``."""
+    _host.control("load", model_name, config, files or {})
+
+
+def unload_model(model_name: str, unload_dependents: bool = False) -> None:
+    _host.control("unload", model_name, "", {"unload_dependents": bool(unload_dependents)})
+
+
+def is_model_ready(model_name: str, model_version: str = "") -> bool:
+    return bool(_host.control("ready", model_name, str(model_version), {}))
+
+
+class _Host:
+    """Where pb_utils calls that leave the model go. This default serves code that runs outside a server
+    (unit tests, scripts): log lines go to Python logging, metrics live in this process, BLS is refused.
+    The worker process and the in-process backend install their own host."""
+
+    _LEVELS = {Logger.INFO: logging.INFO, Logger.WARNING: logging.WARNING, Logger.ERROR: logging.ERROR,
+               Logger.VERBOSE: logging.DEBUG}
+
+    def __init__(self) -> None:
+        self.metrics: dict[Any, list[float]] = {}
+        self.families: dict[str, tuple[str, int]] = {}
+
+    def log(self, level: int, message: str) -> None:
+        _logger.log(self._LEVELS.get(level, logging.INFO), message)
+
+    def exec(self, request: InferenceRequest, decoupled: bool) -> Any:
+        raise TritonModelException("BLS requests need a running naiad server")
+
+    def async_exec(self, request: InferenceRequest, decoupled: bool) -> Any:
+        raise TritonModelException("BLS requests need a running naiad server")
+
+    def control(self, op: str, name: str, arg: str, extra: dict[str, Any]) -> Any:
+        raise TritonModelException("model control needs a running naiad server")
+
+    def metric_family(self, name: str, description: str, kind: int) -> None:
+        known = self.families.setdefault(name, (description, kind))
+        if known[1] != kind:
+            raise TritonModelException(f"metric family '{name}' already exists with a different kind")
+
+    def metric_new(self, family: str, labels: dict[str, str], buckets: list[float] | None) -> None:
+        self.metrics.setdefault((family, tuple(sorted(labels.items()))), [0.0])
+
+    def metric_op(self, key: Any, op: str, value: float) -> float:
+        cell = self.metrics.setdefault(key, [0.0])
+        if op == "increment":
+            cell[0] += value
+        elif op == "set":
+            cell[0] = value
+        return cell[0]
+
+
+_host: Any = _Host()
+
+
+def _set_host(host: Any) -> None:
+    global _host
+    _host = host
 
 
 def get_input_tensor_by_name(inference_request: InferenceRequest, name: str) -> Tensor | None:

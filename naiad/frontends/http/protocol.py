@@ -14,7 +14,7 @@ from http import HTTPStatus
 import httptools
 import orjson
 
-from naiad.frontends.http.routes import Deferred, Reply, Router
+from naiad.frontends.http.routes import Deferred, Reply, Router, Streamed
 
 log = logging.getLogger("naiad.http")
 
@@ -41,13 +41,16 @@ def _encode(reply: Reply, keep_alive: bool) -> list[bytes]:
 
 
 class _Slot:
-    """One request's place in the connection's response order."""
+    """One request's place in the connection's response order. ``data`` waits until the slot reaches the
+    head; a streamed reply keeps adding to it until ``finished``."""
 
-    __slots__ = ("data", "keep_alive")
+    __slots__ = ("data", "keep_alive", "finished", "pending")
 
     def __init__(self, keep_alive: bool) -> None:
-        self.data: list[bytes] | None = None
+        self.data: list[bytes] = []
         self.keep_alive = keep_alive
+        self.finished = False
+        self.pending: asyncio.Future | None = None  # the work behind it, cancelled if the client goes away
 
 
 class HttpProtocol(asyncio.Protocol):
@@ -70,6 +73,9 @@ class HttpProtocol(asyncio.Protocol):
 
     def connection_lost(self, exc: Exception | None) -> None:
         self.closing = True
+        for slot in self.slots:
+            if slot.pending is not None and not slot.pending.done():
+                slot.pending.cancel()  # the model sees is_cancelled()
         self.slots.clear()
 
     def data_received(self, data: bytes) -> None:
@@ -131,13 +137,38 @@ class HttpProtocol(asyncio.Protocol):
             log.exception("unhandled error for %s", path)
             result = Reply(500, orjson.dumps({"error": "internal server error"}))
         if isinstance(result, Deferred):
+            slot.pending = result.future
             result.future.add_done_callback(lambda f, s=slot, d=result: self._deferred_done(s, d))
+        elif isinstance(result, Streamed):
+            slot.pending = asyncio.ensure_future(self._stream(slot, result))
         else:
             self._complete(slot, result)
 
     # --- responses -----------------------------------------------------------------------------------------------
 
+    async def _stream(self, slot: _Slot, streamed: Streamed) -> None:
+        """A chunked reply written as its parts arrive (server-sent events)."""
+        head = [b"HTTP/1.1 200 OK\r\nContent-Type: %s\r\nTransfer-Encoding: chunked\r\n" % streamed.content_type]
+        if not slot.keep_alive:
+            head.append(b"Connection: close\r\n")
+        head.append(b"\r\n")
+        self._write(slot, b"".join(head), False)
+        try:
+            async for chunk in streamed.chunks:
+                if chunk:
+                    self._write(slot, b"%x\r\n%s\r\n" % (len(chunk), chunk), False)
+        except Exception:
+            log.exception("a streamed reply failed")
+        self._write(slot, b"0\r\n\r\n", True)
+
+    def _write(self, slot: _Slot, data: bytes, finished: bool) -> None:
+        slot.data.append(data)
+        slot.finished = finished
+        self._flush()
+
     def _deferred_done(self, slot: _Slot, deferred: Deferred) -> None:
+        if deferred.future.cancelled():
+            return
         try:
             reply = deferred.finish(deferred.future)
         except Exception:
@@ -147,18 +178,25 @@ class HttpProtocol(asyncio.Protocol):
 
     def _complete(self, slot: _Slot, reply: Reply) -> None:
         slot.data = _encode(reply, slot.keep_alive)
+        slot.finished = True
+        self._flush()
+
+    def _flush(self) -> None:
         slots = self.slots
         transport = self.transport
-        while slots and slots[0].data is not None:
-            done = slots.popleft()
+        while slots and slots[0].data:
+            head = slots[0]
             if transport is None or self.closing:
                 return
-            data = done.data
+            data, head.data = head.data, []
             if len(data) == 1:
                 transport.write(data[0])
             else:
                 transport.writelines(data)
-            if not done.keep_alive:
+            if not head.finished:
+                return
+            slots.popleft()
+            if not head.keep_alive:
                 self.closing = True
                 transport.close()
                 return

@@ -5,15 +5,16 @@ inference, a ``Deferred`` the protocol completes when the model answers.
 from __future__ import annotations
 
 import asyncio
-from typing import Any, Callable
+from typing import Any, AsyncIterator, Callable
 from urllib.parse import unquote
 
 import orjson
 
-from naiad.core.errors import InferError, invalid, unavailable
-from naiad.core.request import InferResponse
+from naiad.core.errors import Code, InferError, invalid, unavailable
+from naiad.core.request import InferRequest, InferResponse
 from naiad.frontends.http.codec import OutputOptions, decode_request, encode_response
 from naiad.frontends.http.compression import compress, decompress
+from naiad.frontends.http.generate import decode_generate, encode_generate, sse_error, sse_event
 from naiad.repository.model import ModelVersion
 from naiad.service import Service
 
@@ -40,6 +41,16 @@ class Deferred:
         self.finish = finish
 
 
+class Streamed:
+    """A reply sent in parts as ``chunks`` yields them (chunked transfer encoding)."""
+
+    __slots__ = ("chunks", "content_type")
+
+    def __init__(self, chunks: AsyncIterator[bytes], content_type: bytes = b"text/event-stream") -> None:
+        self.chunks = chunks
+        self.content_type = content_type
+
+
 def json_reply(value: Any, status: int = 200) -> Reply:
     return Reply(status, orjson.dumps(value))
 
@@ -53,14 +64,14 @@ class Router:
         self.service = service
 
     def handle(self, method: bytes, path: str, headers: dict[bytes, bytes], body: bytes | bytearray
-               ) -> Reply | Deferred:
+               ) -> Reply | Deferred | Streamed:
         try:
             return self._route(method, path, headers, body)
         except InferError as exc:
             return error_reply(exc)
 
     def _route(self, method: bytes, path: str, headers: dict[bytes, bytes], body: bytes | bytearray
-               ) -> Reply | Deferred:
+               ) -> Reply | Deferred | Streamed:
         if "%" in path:
             path = unquote(path)
         parts = path.split("/")[1:]  # a trailing slash leaves an empty part, which no route has
@@ -86,6 +97,10 @@ class Router:
                     if method != b"POST":
                         return _method_not_allowed()
                     return self._infer(name, version, headers, body)
+                if action == "generate" or action == "generate_stream":
+                    if method != b"POST":
+                        return _method_not_allowed()
+                    return self._generate(name, version, body, action == "generate_stream")
                 if action == "ready":
                     return self._get(method, lambda: _model_ready(self.service.model_ready(name, version)))
                 if action == "config":
@@ -112,6 +127,9 @@ class Router:
 
     def _infer(self, name: str, version: str, headers: dict[bytes, bytes], body: bytes | bytearray) -> Reply | Deferred:
         model = self.service.model(name, version)
+        if model.decoupled:
+            raise InferError("HTTP end point doesn't support models with decoupled transaction policy",
+                             Code.UNSUPPORTED)
         encoding = headers.get(b"content-encoding")
         if encoding is not None:
             body = decompress(body, encoding)
@@ -143,6 +161,44 @@ class Router:
                           [(b"Inference-Header-Content-Length", str(header_length).encode())])
         return compress(reply, accept) if accept else reply
 
+    def _generate(self, name: str, version: str, body: bytes | bytearray, stream: bool) -> Deferred | Streamed:
+        model = self.service.model(name, version)
+        request = decode_generate(body, model, name, version)
+        if stream:
+            return Streamed(self._generate_events(request, model))
+        if not model.decoupled:
+            return Deferred(self.service.infer(request, model), lambda f: _generate_reply(f.result()))
+        return Deferred(asyncio.ensure_future(self._generate_one(request, model)), lambda f: f.result())
+
+    async def _generate_events(self, request: InferRequest, model: ModelVersion) -> AsyncIterator[bytes]:
+        try:
+            async for response in self.service.stream(request, model):
+                if response.error is not None:
+                    yield sse_error(response.error.message)
+                    return
+                if response.outputs or not response.final:
+                    yield sse_event(encode_generate(response))
+        except InferError as exc:
+            yield sse_error(exc.message)
+
+    async def _generate_one(self, request: InferRequest, model: ModelVersion) -> Reply:
+        """``generate`` on a decoupled model: it must answer with exactly one response (plus, maybe, an empty
+        final one)."""
+        answers = []
+        try:
+            async for response in self.service.stream(request, model):
+                if response.error is not None:
+                    return error_reply(response.error)
+                if response.outputs or not response.final:
+                    answers.append(response)
+        except InferError as exc:
+            return error_reply(exc)
+        if len(answers) != 1:
+            return error_reply(InferError(
+                f"generate expects exactly one response from model '{model.name}', got {len(answers)}; use "
+                "generate_stream", Code.UNSUPPORTED))
+        return _generate_reply(answers[0])
+
     def _repository(self, method: bytes, rest: list[str], body: bytes | bytearray) -> Reply:
         if rest == ["index"] and method != b"POST":
             return _method_not_allowed()
@@ -159,6 +215,12 @@ class Router:
             # Model control arrives with the explicit control mode; in 'none' mode Triton refuses both.
             return error_reply(unavailable("explicit model load / unload is not allowed if polling is enabled"))
         return _not_found()
+
+
+def _generate_reply(response: InferResponse) -> Reply:
+    if response.error is not None:
+        return error_reply(response.error)
+    return Reply(200, encode_generate(response))
 
 
 def _model_ready(ready: bool) -> Reply:

@@ -89,9 +89,15 @@ def write_grpc_models(repo: Path) -> None:
         import triton_python_backend_utils as pb_utils
 
         class TritonPythonModel:
+            # Three responses per request (the input, plus 0, 1, 2), then only the "complete" flag.
             def execute(self, requests):
-                return [pb_utils.InferenceResponse([pb_utils.Tensor("OUTPUT0", r.inputs()[0].as_numpy())])
-                        for r in requests]
+                for r in requests:
+                    x = r.inputs()[0].as_numpy()
+                    sender = r.get_response_sender()
+                    for i in range(3):
+                        sender.send(pb_utils.InferenceResponse([pb_utils.Tensor("OUTPUT0", x + i)]))
+                    sender.send(flags=pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL)
+                return None
     """)
 
 

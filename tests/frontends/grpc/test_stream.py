@@ -114,29 +114,13 @@ def test_aio_stream(grpc_server: RunningServer) -> None:
 
 # --- many responses per request ------------------------------------------------------------------------------------
 
-class _ThreeResponses(Service):
-    """Stands in for decoupled execution (the Python-worker issue): each request answers three times through
-    the real model, then sends only the "complete" flag."""
-
-    async def stream(self, request: InferRequest, model: ModelVersion | None = None) -> AsyncIterator[InferResponse]:
-        response = await self.infer(request, model)
-        for i in range(3):
-            part = InferResponse(response.model_name, response.model_version, response.id,
-                                 {k: v + i for k, v in response.outputs.items()})
-            part.final = False
-            yield part
-            await asyncio.sleep(0)
-        done = InferResponse(response.model_name, response.model_version, response.id)
-        yield done
-
-
 def test_stream_many_responses_per_request(tmp_path: Path) -> None:
     write_grpc_models(tmp_path)
     repository = ModelRepository(RepositoryOptions(paths=[tmp_path]))
 
     async def main() -> None:
         repository.load_all()
-        service = _ThreeResponses(repository)
+        service = Service(repository)  # a real decoupled Python model answers three times per request
         service.live = service.accepting = True
         port = free_port()
         server = await grpc_server_module.start(service, GrpcOptions(address="127.0.0.1", port=port))
