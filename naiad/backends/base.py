@@ -10,7 +10,7 @@ from __future__ import annotations
 import abc
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Awaitable, Protocol, Union
+from typing import Any, Awaitable, Callable, Protocol, Union
 
 from naiad.config import ModelConfig
 from naiad.core.request import InferRequest, InferResponse
@@ -59,6 +59,10 @@ class VersionContext:
 
 class Instance(abc.ABC):
     name: str
+    # An instance that answers later may also offer ``submit(requests, done)``, calling ``done(Execution)`` once
+    # on the event loop: the scheduler then completes from the backend's own callback, with no future and no
+    # extra trip through the loop per execution.
+    submit: Callable[[list[InferRequest], Callable[[Execution], None]], None] | None = None
 
     @abc.abstractmethod
     def execute(self, requests: list[InferRequest]) -> ExecuteResult: ...

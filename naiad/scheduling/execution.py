@@ -34,6 +34,13 @@ def failed_execution(requests: list[InferRequest], message: str) -> Execution:
 
 def run(instance: Instance, requests: list[InferRequest], finish: Finish) -> None:
     """Execute ``requests`` on ``instance`` and call ``finish`` once with the outcome, now or later."""
+    submit = getattr(instance, "submit", None)  # duck-typed instances (tests) may lack it
+    if submit is not None:  # the backend calls back itself (worker processes): no future, no task
+        try:
+            submit(requests, lambda result: finish(instance, requests, result))
+        except Exception as exc:
+            finish(instance, requests, failed_execution(requests, str(exc)))
+        return
     try:
         result = instance.execute(requests)
     except Exception as exc:  # a backend bug must not strand the requests

@@ -138,6 +138,7 @@ class WorkerSlot(Instance):
     def __init__(self, process: WorkerProcess) -> None:
         self.name = process.name
         self.execute = process.execute  # type: ignore[method-assign]
+        self.submit = process.submit
 
     def execute(self, requests: list) -> Any:  # replaced per instance by the process's own method
         raise NotImplementedError

@@ -1,8 +1,10 @@
 """The server's side of one worker process: start it, hand it executions, route what it sends back
 (responses, decoupled responses, BLS requests, logs, metrics), notice when it dies and start a new one.
 
-Everything here runs on the server's event loop; the channel is read with ``loop.add_reader``, and
-an execution is a bare future resolved from the read callback (no task per request).
+Everything here runs on the server's event loop; the channel is read with ``loop.add_reader``, and an
+execution completes through the scheduler's callback, called from the read callback (no task, no future, no
+loop hop per request). Executions submitted during one turn of the loop leave in one datagram at its end,
+so a busy server wakes its worker once per turn rather than once per request.
 """
 
 from __future__ import annotations
@@ -18,7 +20,7 @@ import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 from naiad.backends.base import Core, Execution
 from naiad.backends.python import metrics
@@ -53,11 +55,14 @@ class WorkerSpec:
     python_path: list[str] = field(default_factory=lambda: [NAIAD_ROOT])
 
 
-class _Pending:
-    __slots__ = ("future", "requests", "input_ns", "open", "executed")
+Done = Callable[[Execution], None]
 
-    def __init__(self, future: asyncio.Future, requests: list[InferRequest], input_ns: int, decoupled: bool) -> None:
-        self.future = future
+
+class _Pending:
+    __slots__ = ("done", "requests", "input_ns", "open", "executed")
+
+    def __init__(self, done: Done | None, requests: list[InferRequest], input_ns: int, decoupled: bool) -> None:
+        self.done = done  # called once with the Execution, then set to None
         self.requests = requests
         self.input_ns = input_ns
         # Decoupled requests stay open until their final response; others close with the execution.
@@ -93,6 +98,8 @@ class WorkerProcess:
         self.pending: dict[int, _Pending] = {}
         self.calls: dict[int, Any] = {}  # BLS requests in flight for this worker: tag -> future or task
         self._tag = 0
+        self._outbox: list[tuple] = []  # executions waiting for the end of this turn of the loop
+        self._flush_handle: asyncio.Handle | None = None
         self._restarted: asyncio.Future | None = None
         self.restarts = 0
 
@@ -169,6 +176,7 @@ class WorkerProcess:
                 self.loop.remove_writer(ch.sock.fileno())
             except Exception:
                 pass
+        self._flush()
         try:
             ch.send(("q",))
             deadline = time.monotonic() + timeout
@@ -191,8 +199,16 @@ class WorkerProcess:
     # --- executions --------------------------------------------------------------------------------------------
 
     def execute(self, requests: list[InferRequest]) -> Any:
+        """A future of the ``Execution`` (for callers outside a scheduler; schedulers use ``submit``)."""
+        future = asyncio.get_running_loop().create_future()
+        self.submit(requests, lambda execution: future.done() or future.set_result(execution))
+        return future
+
+    def submit(self, requests: list[InferRequest], done: Done) -> None:
+        """Run ``requests`` and call ``done(Execution)`` once, from the event loop."""
         if not self.ready:
-            return self._execute_when_ready(requests)
+            self._submit_when_ready(requests, done)
+            return
         ch = self.ch
         assert ch is not None
         if self.loop is None:
@@ -201,18 +217,47 @@ class WorkerProcess:
         self._tag += 1
         tag = self._tag
         try:
-            with ch.lock:
+            with ch.lock:  # packing allocates in the arena
                 pack = ch.pack
                 wire = [(r.id, r.correlation_id, r.flags, r.timeout_us, r.parameters, r.requested_outputs,
                          [pack(n, a) for n, a in r.inputs.items()]) for r in requests]
-                ch.send(("x", tag, wire))
         except InferError as exc:  # shared memory exhausted: this execution fails, the worker lives on
-            return Execution([self._error(r, exc) for r in requests], failed=True)
+            done(Execution([self._error(r, exc) for r in requests], failed=True))
+            return
+        self._outbox.append(("x", tag, wire))
+        if self._flush_handle is None:
+            self._flush_handle = self.loop.call_soon(self._flush)  # type: ignore[union-attr]
+        self.pending[tag] = _Pending(done, requests, time.perf_counter_ns() - t0, self.decoupled)
+
+    def _flush(self) -> None:
+        """Send the executions submitted this turn, in one datagram."""
+        self._flush_handle = None
+        out = self._outbox
+        if not out:
+            return
+        self._outbox = []
+        try:
+            self.ch.send_many(out)  # type: ignore[union-attr]
         except EOFError:
-            return self._execute_when_ready(requests)
-        future = self.loop.create_future()  # type: ignore[union-attr]
-        self.pending[tag] = _Pending(future, requests, time.perf_counter_ns() - t0, self.decoupled)
-        return future
+            # The worker died before they left: run them on its replacement, as a failed send always has.
+            for message in out:
+                pending = self.pending.pop(message[1], None)
+                if pending is not None and pending.done is not None:
+                    done, pending.done = pending.done, None
+                    self._submit_when_ready(pending.requests, done)
+
+    def _submit_when_ready(self, requests: list[InferRequest], done: Done) -> None:
+        task = asyncio.ensure_future(self._execute_when_ready(requests))
+
+        def finished(task: asyncio.Future) -> None:
+            if task.cancelled() or task.exception() is not None:
+                why = "was cancelled" if task.cancelled() else f"failed: {task.exception()!r}"
+                error = internal(f"execution on instance '{self.name}' {why}")
+                done(Execution([self._error(r, error) for r in requests], failed=True))
+            else:
+                done(task.result())
+
+        task.add_done_callback(finished)
 
     async def _execute_when_ready(self, requests: list[InferRequest]) -> Execution:
         """The worker is restarting: wait for it (bounded by the restart itself), then run."""
@@ -228,10 +273,12 @@ class WorkerProcess:
             error = internal(f"Failed to process the request(s) for model instance '{self.name}', message: Stub "
                              f"process '{self.name}' is not healthy and could not be restarted.")
             return Execution([self._error(r, error) for r in requests], failed=True)
-        result = self.execute(requests)
-        return await result if not isinstance(result, Execution) else result
+        future = asyncio.get_running_loop().create_future()
+        self.submit(requests, lambda execution: future.done() or future.set_result(execution))
+        return await future
 
     def cancel(self, request: InferRequest) -> bool:
+        self._flush()  # the execution must reach the worker before its cancellation does
         for tag, pending in self.pending.items():
             for index, candidate in enumerate(pending.requests):
                 if candidate is request:
@@ -284,10 +331,11 @@ class WorkerProcess:
         pending.executed = True
         if pending.open is None or not any(pending.open):
             del self.pending[tag]
-        execution = Execution(responses, pending.input_ns + input_ns, infer_ns,
-                              output_ns + time.perf_counter_ns() - t0, failed=failed is not None)
-        if not pending.future.done():
-            pending.future.set_result(execution)
+        done = pending.done
+        if done is not None:
+            pending.done = None
+            done(Execution(responses, pending.input_ns + input_ns, infer_ns, output_ns + time.perf_counter_ns() - t0,
+                           failed=failed is not None))
 
     def _streamed(self, message: tuple) -> None:
         _, tag, index, wire, flags = message
@@ -453,8 +501,10 @@ class WorkerProcess:
                 for index, request in enumerate(entry.requests):
                     if entry.open[index]:
                         self._respond(request, self._error(request, error), True)
-            if not entry.future.done():
-                entry.future.set_result(Execution(responses, failed=True))
+            done = entry.done
+            if done is not None:
+                entry.done = None
+                done(Execution(responses, failed=True))
         calls, self.calls = self.calls, {}
         for call in calls.values():
             call.cancel()
@@ -465,6 +515,9 @@ class WorkerProcess:
         """The worker is gone (crash, kill, os._exit): fail what it held, then start a new one."""
         ch, proc = self.ch, self.proc
         self.ready = False
+        # Executions still in the outbox never reached the dead worker: they wait for its replacement.
+        unsent = [self.pending.pop(m[1]) for m in self._outbox if m[1] in self.pending]
+        self._outbox = []
         if self.loop is not None and ch is not None:
             self.loop.remove_reader(ch.sock.fileno())
             self.loop.remove_writer(ch.sock.fileno())
@@ -484,6 +537,9 @@ class WorkerProcess:
             ch.close()
         if not self.closing:
             self._restart()
+        for pending in unsent:
+            if pending.done is not None:
+                self._submit_when_ready(pending.requests, pending.done)
 
     def _restart(self) -> None:
         if self._restarting or self.closing:

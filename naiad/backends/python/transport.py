@@ -5,7 +5,9 @@ for tensor data.
 Messages are tuples whose first item names them. Tensors travel as ``(name, dtype, shape, payload)``:
 small ones inline in the message (a copy is cheaper than a block), larger ones as ``(segment, offset,
 nbytes)`` in the sender's arena, read in place by the receiver. A new arena segment's file descriptor
-rides along (SCM_RIGHTS) in a ``("+", id)`` message just before its first use.
+rides along (SCM_RIGHTS) in a ``("+", id)`` message just before its first use. Several messages may
+share one datagram as ``("*", [message, ...])`` (``send_many``, and ``hold``/``release`` on a worker), so a
+burst costs one system call and one wake-up of the other process instead of one per message.
 """
 
 from __future__ import annotations
@@ -58,6 +60,7 @@ class Channel:
         self._on_blocked = on_blocked
         self._backlog: deque[tuple[bytes, list[int]]] = deque()
         self._buffer = bytearray(MAX_MESSAGE)
+        self._held: list[Message] = []  # messages ``hold`` kept back; the next send takes them along
         self.closed = False
 
     # --- tensors (callers hold ``lock`` while packing and sending, since packing allocates in the arena) -----
@@ -93,16 +96,49 @@ class Channel:
 
     def send(self, message: Message) -> None:
         with self.lock:
-            data = marshal.dumps(message)
-            if len(data) > MAX_MESSAGE:
-                seg, offset = self.arena.put(data, len(data))
-                data = marshal.dumps(("@", seg, offset, len(data)))
-            new_fds, dropped = self.arena.take_announcements()
-            for seg_id, fd in new_fds:
-                self._write(marshal.dumps(("+", seg_id)), [fd])
-            if dropped:
-                self._write(marshal.dumps(("-", dropped)), [])
-            self._write(data, [])
+            if self._held:
+                self._held.append(message)
+                self.release()
+                return
+            self._send(marshal.dumps(message))
+
+    def send_many(self, messages: list[Message]) -> None:
+        """Send ``messages`` in order, in one datagram when they fit (else one each)."""
+        with self.lock:
+            if self._held:
+                messages = self._held + messages
+                self._held = []
+            if len(messages) == 1:
+                self._send(marshal.dumps(messages[0]))
+                return
+            data = marshal.dumps(("*", messages))
+            if len(data) <= MAX_MESSAGE:
+                self._send(data)
+                return
+            for message in messages:
+                self._send(marshal.dumps(message))
+
+    def hold(self, message: Message) -> None:
+        """Keep ``message`` back until ``release`` or the next send (the caller has more to send soon)."""
+        with self.lock:
+            self._held.append(message)
+
+    def release(self) -> None:
+        with self.lock:
+            if self._held:
+                held, self._held = self._held, []
+                self.send_many(held)
+
+    def _send(self, data: bytes) -> None:
+        if len(data) > MAX_MESSAGE:
+            seg, offset = self.arena.put(data, len(data))
+            data = marshal.dumps(("@", seg, offset, len(data)))
+        new_fds, dropped = self.arena.take_announcements()
+        for seg_id, fd in new_fds:
+            self._write(marshal.dumps(("+", seg_id)), [fd])
+        if dropped:
+            self._write(marshal.dumps(("-", dropped)), [])
+        self._write(data, [])
 
     def _write(self, data: bytes, fds: list[int]) -> None:
         if self.closed:
@@ -192,7 +228,10 @@ class Channel:
             if kind == "@":
                 _, seg, offset, nbytes = message
                 message = marshal.loads(bytes(self.segments.view(seg, offset, nbytes)))
-            out.append(message)
+            if kind == "*":
+                out.extend(message[1])
+            else:
+                out.append(message)
             if wait:
                 return out
 

@@ -34,6 +34,9 @@ from naiad.backends.python.transport import Channel
 from naiad.core.errors import Code, InferError
 
 FINAL = pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL
+# A batch of executions from the server answers in one datagram while each takes less than this; a slower
+# model answers each as soon as it is done, since holding an answer back would cost more than the wake-up.
+HOLD_BELOW_NS = 100_000
 
 
 def error_wire(error: InferError) -> tuple:
@@ -73,6 +76,8 @@ class Worker:
         self.model: Any = None
         self._execute: Any = None
         self.finalized = False
+        self._hold = False  # hold this execution's answer back: more of the batch follows
+        self._quick = True  # the last execution took less than HOLD_BELOW_NS
 
     # --- startup ---------------------------------------------------------------------------------------------
 
@@ -109,8 +114,15 @@ class Worker:
             except EOFError:
                 self._quit()
                 return
-            for message in messages:
+            if len(messages) == 1:
+                self._dispatch(messages[0])
+                continue
+            last = len(messages) - 1
+            for index, message in enumerate(messages):
+                self._hold = index < last and self._quick
                 self._dispatch(message)
+            self._hold = False
+            ch.release()
 
     # --- incoming ----------------------------------------------------------------------------------------------
 
@@ -260,7 +272,13 @@ class Worker:
             del result
             for state in states:
                 state.response = None
-            self.ch.send(("d", tag, failed, wire, input_ns, t2 - t1, time.perf_counter_ns() - t2))
+            t3 = time.perf_counter_ns()
+            self._quick = t3 - t1 + input_ns < HOLD_BELOW_NS
+            message = ("d", tag, failed, wire, input_ns, t2 - t1, t3 - t2)
+            if self._hold:
+                self.ch.hold(message)
+            else:
+                self.ch.send(message)
         if not self.decoupled or all(s.closed for s in states):
             self.executions.pop(tag, None)
 
