@@ -115,6 +115,24 @@ def test_add_sub_through_the_worker(client: httpclient.InferenceServerClient) ->
     np.testing.assert_array_equal(result.as_numpy("OUTPUT1"), a - b)
 
 
+def test_concurrent_requests_each_get_their_own_answer(server: RunningServer) -> None:
+    # 48 requests in flight on 16 connections: executions share datagrams both ways, answers must not mix.
+    def one(i: int) -> None:
+        with httpclient.InferenceServerClient(server.url) as c:
+            for j in range(3):
+                a = np.full(4, i * 10 + j, dtype=np.float32)
+                b = np.arange(4, dtype=np.float32)
+                inputs = [httpclient.InferInput("INPUT0", [4], "FP32"), httpclient.InferInput("INPUT1", [4], "FP32")]
+                inputs[0].set_data_from_numpy(a, binary_data=True)
+                inputs[1].set_data_from_numpy(b, binary_data=True)
+                result = c.infer("add_sub", inputs)
+                np.testing.assert_array_equal(result.as_numpy("OUTPUT0"), a + b)
+                np.testing.assert_array_equal(result.as_numpy("OUTPUT1"), a - b)
+
+    with concurrent.futures.ThreadPoolExecutor(16) as pool:
+        list(pool.map(one, range(16)))
+
+
 def test_256_mb_tensor_crosses_both_ways(client: httpclient.InferenceServerClient) -> None:
     n = 256 * 1024 * 1024
     result = client.infer("big_producer", [_int_input("N", [n], "INT64")])

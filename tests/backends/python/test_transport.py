@@ -1,0 +1,152 @@
+"""The worker channel's batching, driven directly: several messages in one datagram (and the fallback when
+they don't fit), answers held back until the next send, and a worker process that gets a turn's executions
+in one datagram — or, when it died before they left, on its replacement."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import marshal
+import os
+import signal
+import socket
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from naiad.backends.base import Execution, VersionContext
+from naiad.backends.python.backend import PythonBackend
+from naiad.backends.python.shm import Arena
+from naiad.backends.python.transport import MAX_MESSAGE, Channel
+from naiad.config.loader import load_config
+from naiad.config.normalize import fill_defaults
+from naiad.config.render import config_to_dict
+from naiad.core.request import InferRequest
+from tests.backends.python import models as m
+
+
+@pytest.fixture()
+def pair():
+    a, b = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+    sender, receiver = Channel(a, Arena(1 << 16, 1 << 16), blocking=True), Channel(b, Arena(1 << 16, 1 << 16))
+    yield sender, receiver
+    sender.close()
+    receiver.close()
+
+
+def _datagrams(channel: Channel) -> list[bytes]:
+    """Wrap ``channel``'s socket writes so the test sees each datagram it sends (but shared-memory segment
+    announcements, which precede a segment's first use)."""
+    sent: list[bytes] = []
+    write = channel._write
+
+    def counting(data: bytes, fds: list[int]) -> None:
+        if marshal.loads(data)[0] not in ("+", "-"):
+            sent.append(data)
+        write(data, fds)
+
+    channel._write = counting  # type: ignore[method-assign]
+    return sent
+
+
+def test_send_many_is_one_datagram_in_order(pair: tuple[Channel, Channel]) -> None:
+    sender, receiver = pair
+    sent = _datagrams(sender)
+    sender.send_many([("x", i, [b"payload"]) for i in range(5)])
+    assert len(sent) == 1
+    receiver.wait_readable(5)
+    assert receiver.receive() == [("x", i, [b"payload"]) for i in range(5)]
+
+
+def test_a_batch_too_big_for_one_datagram_goes_one_by_one(pair: tuple[Channel, Channel]) -> None:
+    sender, receiver = pair
+    sent = _datagrams(sender)
+    blobs = [bytes([65 + i]) * (MAX_MESSAGE // 3) for i in range(4)]  # distinct: marshal shares equal objects
+    sender.send_many([("x", i, blobs[i]) for i in range(4)])
+    assert len(sent) == 4
+    got: list[tuple] = []
+    while len(got) < 4:
+        receiver.wait_readable(5)
+        got += receiver.receive()
+    assert [g[1] for g in got] == [0, 1, 2, 3] and [g[2] for g in got] == blobs
+
+
+def test_held_messages_leave_with_the_next_send(pair: tuple[Channel, Channel]) -> None:
+    sender, receiver = pair
+    sent = _datagrams(sender)
+    sender.hold(("d", 1))
+    sender.hold(("d", 2))
+    assert sent == [] and not receiver.wait_readable(0)
+    sender.send(("L", 0, "log line"))
+    assert len(sent) == 1
+    receiver.wait_readable(5)
+    assert receiver.receive() == [("d", 1), ("d", 2), ("L", 0, "log line")]
+    sender.hold(("d", 3))
+    sender.release()
+    receiver.wait_readable(5)
+    assert receiver.receive() == [("d", 3)]
+
+
+def _load(tmp_path: Path):
+    m.write(tmp_path, "add_sub", m.io_config("add_sub", [("INPUT0", "TYPE_FP32", "[ 4 ]"), ("INPUT1", "TYPE_FP32", "[ 4 ]")],
+                                            [("OUTPUT0", "TYPE_FP32", "[ 4 ]"), ("OUTPUT1", "TYPE_FP32", "[ 4 ]")]),
+            m.ADD_SUB)
+    folder = tmp_path / "add_sub"
+    config, _ = load_config(folder, "")
+    fill_defaults(config, "add_sub")
+    ctx = VersionContext("add_sub", 1, config, json.dumps(config_to_dict(config)), folder, folder / "1", {})
+    return PythonBackend().load(ctx)
+
+
+def _request(i: int) -> InferRequest:
+    return InferRequest("add_sub", inputs={"INPUT0": np.full(4, i, np.float32), "INPUT1": np.ones(4, np.float32)})
+
+
+async def _submit_all(slot, count: int) -> list[Execution]:
+    loop = asyncio.get_running_loop()
+    futures = [loop.create_future() for _ in range(count)]
+    for i, future in enumerate(futures):
+        slot.submit([_request(i)], future.set_result)
+    return await asyncio.wait_for(asyncio.gather(*futures), 30)
+
+
+def _check(executions: list[Execution]) -> None:
+    for i, execution in enumerate(executions):
+        assert not execution.failed
+        outputs = execution.responses[0].outputs
+        np.testing.assert_array_equal(outputs["OUTPUT0"], np.full(4, i + 1, np.float32))
+        np.testing.assert_array_equal(outputs["OUTPUT1"], np.full(4, i - 1, np.float32))
+
+
+def test_one_turn_of_executions_reaches_the_worker_in_one_datagram(tmp_path: Path) -> None:
+    loaded = _load(tmp_path)
+    try:
+        async def run() -> None:
+            slot = loaded.instances[0]
+            process = loaded.processes[0]
+            sent = _datagrams(process.ch)
+            _check(await _submit_all(slot, 6))
+            assert len(sent) == 1
+
+        asyncio.run(run())
+    finally:
+        loaded.unload()
+
+
+def test_executions_submitted_to_a_dead_worker_run_on_its_replacement(tmp_path: Path) -> None:
+    loaded = _load(tmp_path)
+    try:
+        async def run() -> None:
+            slot = loaded.instances[0]
+            process = loaded.processes[0]
+            _check(await _submit_all(slot, 1))  # attached and warm
+            old = process.proc
+            os.kill(old.pid, signal.SIGKILL)
+            old.wait()  # dead, but the loop has not noticed yet: the sends below find the socket closed
+            _check(await _submit_all(slot, 3))
+            assert process.proc.pid != old.pid and process.restarts == 1
+
+        asyncio.run(run())
+    finally:
+        loaded.unload()
