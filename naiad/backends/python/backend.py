@@ -6,7 +6,10 @@ Backend settings (``--backend-config=python,<key>=<value>``): ``shm-default-byte
 ``shm-growth-byte-size`` (Triton's, also read from ``SAGEMAKER_TRITON_SHM_DEFAULT_BYTE_SIZE`` /
 ``SAGEMAKER_TRITON_SHM_GROWTH_BYTE_SIZE``), ``in-process``, ``max-async-executions`` (how many
 ``async def execute`` calls one instance runs at once; default 64) and ``pipeline-depth`` (how many
-requests a synchronous instance may have queued in its socket; default 4; it still runs them one by one).
+requests a synchronous instance may have queued in its socket; default 16; it still runs them one by one,
+but a deep queue lets a busy worker take several per wake-up and answer them together; with several
+instances a request may wait behind a slow one in its instance's queue, so set it to 1 for Triton's strict
+"idle instance only" dispatch).
 """
 
 from __future__ import annotations
@@ -154,9 +157,10 @@ class WorkerVersion(LoadedVersion):
         except ValueError:
             raise invalid("python backend setting max-async-executions must be a number") from None
         try:
-            # A sync worker still runs one execution at a time, but the next request is already waiting in
-            # its socket when it finishes: under load, no sleep-and-wake per request.
-            depth = max(1, int(options.get("pipeline-depth", "4")))
+            # A sync worker still runs one execution at a time, but the next requests are already waiting
+            # when it finishes: under load, one wake-up per batch instead of per request (measured on one core
+            # at 64 connections: ~25% less CPU per request at 16 than at 4; 32 gained nothing more).
+            depth = max(1, int(options.get("pipeline-depth", "16")))
         except ValueError:
             raise invalid("python backend setting pipeline-depth must be a number") from None
         if not _plain_scheduling(ctx.config):

@@ -34,8 +34,9 @@ from naiad.backends.python.transport import Channel
 from naiad.core.errors import Code, InferError
 
 FINAL = pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL
-# A batch of executions from the server answers in one datagram while each takes less than this; a slower
-# model answers each as soon as it is done, since holding an answer back would cost more than the wake-up.
+# A batch of executions from the server answers in one datagram while each takes less than this, and no
+# answer waits longer than this for its datagram; a slower model answers each as soon as it is done, since
+# holding an answer back would cost more than the wake-up it saves.
 HOLD_BELOW_NS = 100_000
 
 
@@ -78,6 +79,7 @@ class Worker:
         self.finalized = False
         self._hold = False  # hold this execution's answer back: more of the batch follows
         self._quick = True  # the last execution took less than HOLD_BELOW_NS
+        self._held_since = 0  # when the oldest answer now held back was ready
 
     # --- startup ---------------------------------------------------------------------------------------------
 
@@ -122,6 +124,7 @@ class Worker:
                 self._hold = index < last and self._quick
                 self._dispatch(message)
             self._hold = False
+            self._held_since = 0
             ch.release()
 
     # --- incoming ----------------------------------------------------------------------------------------------
@@ -275,9 +278,11 @@ class Worker:
             t3 = time.perf_counter_ns()
             self._quick = t3 - t1 + input_ns < HOLD_BELOW_NS
             message = ("d", tag, failed, wire, input_ns, t2 - t1, t3 - t2)
-            if self._hold:
+            if self._hold and (not self._held_since or t3 - self._held_since < HOLD_BELOW_NS):
+                self._held_since = self._held_since or t3
                 self.ch.hold(message)
             else:
+                self._held_since = 0
                 self.ch.send(message)
         if not self.decoupled or all(s.closed for s in states):
             self.executions.pop(tag, None)
