@@ -1,0 +1,181 @@
+"""EXECUTION_ENV_PATH against a running server: models run on a venv-pack archive's interpreter and packages
+(six 1.16.0 where the server has another version), from a .tar.gz or a folder, through
+``$$TRITON_MODEL_DIRECTORY``, two models sharing one unpacked copy; broken environments fail their own load
+with a clear reason while the rest of the repository serves."""
+
+from __future__ import annotations
+
+import io
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tarfile
+from importlib import metadata
+from pathlib import Path
+
+import numpy as np
+import pytest
+import tritonclient.http as httpclient
+
+from tests.backends.python import models as m
+from tests.server import RunningServer
+
+ENV_SIX = "1.16.0"  # what the environment gets; the server must have something else (or nothing)
+
+REPORT = """
+import json, os, sys
+import numpy as np
+import six
+import triton_python_backend_utils as pb_utils
+
+class TritonPythonModel:
+    def execute(self, requests):
+        info = {"six": six.__version__, "prefix": sys.prefix, "executable": sys.executable,
+                "numpy": np.__version__, "virtual_env": os.environ.get("VIRTUAL_ENV", "")}
+        out = np.array([json.dumps(info).encode()], dtype=np.object_)
+        return [pb_utils.InferenceResponse([pb_utils.Tensor("INFO", out)]) for _ in requests]
+"""
+
+
+def _config(name: str, env_path: str | None) -> str:
+    param = (f'parameters {{ key: "EXECUTION_ENV_PATH" value: {{ string_value: "{env_path}" }} }}'
+             if env_path is not None else "")
+    return m.io_config(name, [("IN", "TYPE_INT32", "[ 1 ]")], [("INFO", "TYPE_STRING", "[ 1 ]")], param)
+
+
+def _venv(folder: Path, packages: list[str], with_numpy: bool) -> Path:
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(folder)], check=True)
+    site = folder / "lib" / f"python{sys.version_info.major}.{sys.version_info.minor}" / "site-packages"
+    if packages:
+        subprocess.run([sys.executable, "-m", "pip", "install", "-q", "--disable-pip-version-check", "--no-deps",
+                        "--target", str(site), *packages], check=True)
+    if with_numpy:
+        # The server's own numpy, linked in (copied across file systems): what the worker needs, quickly.
+        source = Path(np.__file__).parent.parent
+        names = ["numpy", "numpy.libs", f"numpy-{np.__version__}.dist-info"]
+        for name in names:
+            if (source / name).exists():
+                shutil.copytree(source / name, site / name, copy_function=_link_or_copy)
+    return folder
+
+
+def _link_or_copy(src: str, dst: str) -> None:
+    try:
+        os.link(src, dst)
+    except OSError:
+        shutil.copy2(src, dst)
+
+
+@pytest.fixture(scope="module")
+def envs(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    envs = tmp_path_factory.mktemp("envs")
+    env = _venv(envs / "six-env", [f"six=={ENV_SIX}"], with_numpy=True)
+    subprocess.run(["venv-pack", "-q", "-p", str(env), "-o", str(envs / "six-env.tar.gz"), "--compress-level", "1"],
+                   check=True)
+    _venv(envs / "bare-env", [], with_numpy=False)
+    shutil.copytree(envs / "bare-env", envs / "no-activate-env", symlinks=True)
+    (envs / "no-activate-env" / "bin" / "activate").unlink()
+    (envs / "corrupt.tar.gz").write_bytes((envs / "six-env.tar.gz").read_bytes()[:4096])
+    (envs / "not-an-archive.tar.gz").write_text("conda-pack was never run on this\n")
+    with tarfile.open(envs / "escape.tar.gz", "w:gz") as tar:
+        for member in ("bin/activate", "../escaped.txt"):
+            info = tarfile.TarInfo(member)
+            info.size = 1
+            tar.addfile(info, io.BytesIO(b"x"))
+    return envs
+
+
+@pytest.fixture(scope="module")
+def setup(envs: Path, tmp_path_factory: pytest.TempPathFactory):
+    base = tmp_path_factory.mktemp("envrepo")
+    repo, cache = base / "repo", base / "cache"
+    # Relative to each model's folder, as Triton's docs share one archive between models.
+    shared = "$$TRITON_MODEL_DIRECTORY/../../" + os.path.relpath(envs, base) + "/six-env.tar.gz"
+    for name, env_path in [("env_tar", shared), ("env_tar_again", shared),
+                           ("env_folder", str(envs / "six-env")), ("plain", None),
+                           ("env_missing", str(envs / "nowhere.tar.gz")),
+                           ("env_corrupt", str(envs / "corrupt.tar.gz")),
+                           ("env_not_archive", str(envs / "not-an-archive.tar.gz")),
+                           ("env_escape", str(envs / "escape.tar.gz")),
+                           ("env_no_numpy", str(envs / "bare-env")),
+                           ("env_no_activate", str(envs / "no-activate-env"))]:
+        m.write(repo, name, _config(name, env_path), REPORT if env_path is not None else REPORT.replace(
+            "import six\n", "try:\n    import six\nexcept ImportError:\n    six = type('six', (), {'__version__': ''})\n"))
+    # Not "ready": the broken models stay unavailable on purpose. The HTTP port opens once loading is done.
+    server = RunningServer([repo], f"--backend-config=python,execution-env-cache={cache}", wait_ready=False)
+    yield server, cache, envs
+    server.stop()
+
+
+def _info(server: RunningServer, model: str) -> dict:
+    with httpclient.InferenceServerClient(server.url) as client:
+        inp = httpclient.InferInput("IN", [1], "INT32")
+        inp.set_data_from_numpy(np.zeros(1, dtype=np.int32))
+        return json.loads(client.infer(model, [inp]).as_numpy("INFO")[0])
+
+
+def _reasons(server: RunningServer) -> dict[str, str]:
+    with httpclient.InferenceServerClient(server.url) as client:
+        return {e["name"]: e.get("reason", "") for e in client.get_model_repository_index()}
+
+
+def _server_six() -> str:
+    try:
+        return metadata.version("six")
+    except metadata.PackageNotFoundError:
+        return ""
+
+
+def test_archive_env_runs_its_own_interpreter_and_packages(setup) -> None:
+    server, cache, _ = setup
+    assert _server_six() != ENV_SIX
+    info = _info(server, "env_tar")
+    assert info["six"] == ENV_SIX
+    assert Path(info["prefix"]).parent == cache  # unpacked into the cache, not the server's prefix
+    assert info["virtual_env"] == info["prefix"]
+    assert info["executable"].startswith(info["prefix"] + "/bin/")
+
+
+def test_the_rest_of_the_repository_runs_on_the_servers_packages(setup) -> None:
+    server, _, _ = setup
+    info = _info(server, "plain")
+    assert info["six"] == _server_six() and info["prefix"] == sys.prefix
+
+
+def test_unpacked_folder_is_used_in_place(setup) -> None:
+    server, _, envs = setup
+    info = _info(server, "env_folder")
+    assert info["six"] == ENV_SIX and info["prefix"] == str((envs / "six-env").resolve())
+
+
+def test_models_naming_one_archive_share_one_unpacked_copy(setup) -> None:
+    server, cache, _ = setup
+    assert _info(server, "env_tar")["prefix"] == _info(server, "env_tar_again")["prefix"]
+    unpacked = [p.name for p in cache.iterdir() if not p.name.startswith("naiad-")]
+    assert len(unpacked) == 1, unpacked  # one environment, and no half-extracted leftovers from the broken ones
+    extracted = [line for line in server.log().splitlines() if "Extracting Python execution env" in line]
+    assert len([line for line in extracted if "six-env.tar.gz" in line]) == 1, extracted
+
+
+@pytest.mark.parametrize(("model", "words"), [
+    ("env_missing", ["Failed to get the canonical path for", "nowhere.tar.gz", "no such file"]),
+    ("env_corrupt", ["failed to extract the Python execution environment", "corrupt.tar.gz"]),
+    ("env_not_archive", ["failed to extract", "not-an-archive.tar.gz", "conda-pack / venv-pack .tar.gz"]),
+    ("env_escape", ["failed to extract", "escape.tar.gz", "outside"]),
+    ("env_no_numpy", ["cannot run the python backend's worker", "No module named 'numpy'",
+                      "the environment must provide numpy"]),
+    ("env_no_activate", ["no-activate-env/bin/activate does not exist. The Python environment should contain an "
+                         "'activate' script."]),
+])
+def test_broken_environment_fails_only_its_model(setup, model: str, words: list[str]) -> None:
+    server, _, envs = setup
+    reason = _reasons(server)[model]
+    for word in words:
+        assert word in reason, reason
+    with httpclient.InferenceServerClient(server.url) as client:
+        assert not client.is_model_ready(model)
+        assert client.is_server_live()
+    assert not (envs / "escaped.txt").exists() and not (envs.parent / "escaped.txt").exists()
+    assert _info(server, "env_tar")["six"] == ENV_SIX  # and the rest keeps serving
