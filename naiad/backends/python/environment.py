@@ -187,7 +187,7 @@ def _check(environment: ExecutionEnvironment, source: Path) -> None:
     inherited = [os.environ["PYTHONPATH"]] if os.environ.get("PYTHONPATH") else []
     env = {**os.environ, **environment.env, "PYTHONPATH": os.pathsep.join(environment.python_path + inherited)}
     try:
-        done = subprocess.run([environment.python, "-c", _PROBE], env=env, capture_output=True, text=True,
+        done = subprocess.run([environment.python, "-c", _PROBE], check=False, env=env, capture_output=True, text=True,
                               timeout=120)
     except (OSError, subprocess.TimeoutExpired) as exc:
         raise internal(f"the Python execution environment {source} cannot run its interpreter "

@@ -166,8 +166,8 @@ def test_models_naming_one_archive_share_one_unpacked_copy(setup) -> None:
     ("env_escape", ["failed to extract", "escape.tar.gz", "outside"]),
     ("env_no_numpy", ["cannot run the python backend's worker", "No module named 'numpy'",
                       "the environment must provide numpy"]),
-    ("env_no_activate", ["no-activate-env/bin/activate does not exist. The Python environment should contain an "
-                         "'activate' script."]),
+    ("env_no_activate", [("no-activate-env/bin/activate does not exist. The Python environment should contain an "
+                          "'activate' script.")]),
 ])
 def test_broken_environment_fails_only_its_model(setup, model: str, words: list[str]) -> None:
     server, _, envs = setup
