@@ -7,8 +7,9 @@ directory (Triton resolves it with ``realpath``). The environment must hold ``bi
 
 Unlike Triton (which unpacks into a fresh temp folder per server, keyed by path and mtime), archives are
 unpacked into a cache keyed by their content: models and servers naming the same bytes share one folder,
-and a restart doesn't unpack a large conda env again. The cache is ``--backend-config=python,
-execution-env-cache=DIR``, else ``$NAIAD_PYTHON_ENV_CACHE``, else ``<tmp>/naiad_python_envs_<uid>``.
+and a restart doesn't unpack a large conda env again. The cache is ``$NAIAD_PYTHON_ENV_CACHE``, else
+``<tmp>/naiad_python_envs_<uid>`` (an environment variable rather than a backend setting because
+auto-complete, which runs in the environment too, happens before backend settings reach the model).
 
 Triton's stub links the environment's libpython; naiad's worker is Python, so it runs on the environment's
 own ``bin/python3`` with only the ``naiad`` package added to its path. That interpreter must therefore be
@@ -19,6 +20,7 @@ a clear load failure instead of a worker dying on start.
 from __future__ import annotations
 
 import hashlib
+import json
 import logging
 import os
 import shutil
@@ -29,10 +31,10 @@ import threading
 import zlib
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from naiad.backends.base import VersionContext
-from naiad.core.errors import internal
+from naiad.core.errors import Code, InferError, internal
 
 if TYPE_CHECKING:
     from naiad.backends.python.process import WorkerSpec
@@ -41,7 +43,6 @@ log = logging.getLogger("naiad.python")
 
 PARAMETER = "EXECUTION_ENV_PATH"
 MODEL_DIRECTORY = "$$TRITON_MODEL_DIRECTORY"
-CACHE_OPTION = "execution-env-cache"
 CACHE_VARIABLE = "NAIAD_PYTHON_ENV_CACHE"
 _NAIAD_PACKAGE = Path(__file__).resolve().parents[2]  # .../naiad
 
@@ -68,30 +69,28 @@ class ExecutionEnvironment:
         spec.python_path = list(self.python_path)
 
 
-def configured_path(ctx: VersionContext) -> str | None:
-    """The parameter's value with ``$$TRITON_MODEL_DIRECTORY`` replaced, or None when there is none."""
-    if PARAMETER not in ctx.config.parameters or not ctx.config.parameters[PARAMETER].string_value:
-        return None
-    return ctx.config.parameters[PARAMETER].string_value.replace(MODEL_DIRECTORY, str(ctx.model_dir))
-
-
-def cache_root(options: dict[str, str]) -> Path:
-    configured = options.get(CACHE_OPTION) or os.environ.get(CACHE_VARIABLE)
+def cache_root() -> Path:
+    configured = os.environ.get(CACHE_VARIABLE)
     if configured:
         return Path(configured)
     return Path(tempfile.gettempdir()) / f"naiad_python_envs_{os.getuid()}"
 
 
 def resolve_environment(ctx: VersionContext) -> ExecutionEnvironment | None:
-    path = configured_path(ctx)
-    if path is None:
+    if PARAMETER not in ctx.config.parameters or not ctx.config.parameters[PARAMETER].string_value:
         return None
+    return resolve(ctx.config.parameters[PARAMETER].string_value, ctx.model_dir, ctx.name)
+
+
+def resolve(value: str, model_dir: Path, model_name: str) -> ExecutionEnvironment:
+    """The environment a model's ``EXECUTION_ENV_PATH`` names, unpacked and checked."""
+    path = value.replace(MODEL_DIRECTORY, str(model_dir))
     log.info("Using Python execution env %s", path)
     if not os.path.exists(path):
         raise internal(f"Failed to get the canonical path for {path}. (EXECUTION_ENV_PATH of model "
-                       f"'{ctx.name}': no such file or folder)")
+                       f"'{model_name}': no such file or folder)")
     canonical = Path(os.path.realpath(path))
-    cache = cache_root(ctx.options)
+    cache = cache_root()
     with _lock:
         root = canonical if canonical.is_dir() else _unpack(canonical, cache)
         activate = root / "bin" / "activate"
@@ -182,10 +181,15 @@ def _naiad_only(cache: Path) -> Path:
 _PROBE = "import sys; import naiad.backends.python.worker; print('%d.%d' % sys.version_info[:2])"
 
 
+def _process_env(environment: ExecutionEnvironment) -> dict[str, str]:
+    """A process's environment as the worker gets it (process.py puts naiad's folder before any PYTHONPATH)."""
+    inherited = [os.environ["PYTHONPATH"]] if os.environ.get("PYTHONPATH") else []
+    return {**os.environ, **environment.env, "PYTHONPATH": os.pathsep.join(environment.python_path + inherited)}
+
+
 def _check(environment: ExecutionEnvironment, source: Path) -> None:
     """Run the environment's interpreter once the way a worker would, and say why it can't host one."""
-    inherited = [os.environ["PYTHONPATH"]] if os.environ.get("PYTHONPATH") else []
-    env = {**os.environ, **environment.env, "PYTHONPATH": os.pathsep.join(environment.python_path + inherited)}
+    env = _process_env(environment)
     try:
         done = subprocess.run([environment.python, "-c", _PROBE], check=False, env=env, capture_output=True, text=True,
                               timeout=120)
@@ -199,3 +203,29 @@ def _check(environment: ExecutionEnvironment, source: Path) -> None:
         raise internal(f"the Python execution environment {source} cannot run the python backend's worker with "
                        f"{environment.python}: {reason}{hint}")
     log.info("Python execution env %s runs Python %s", environment.root, done.stdout.strip())
+
+
+def auto_complete_in_environment(value: str, model_dir: Path, model_file: Path, name: str,
+                                 config: dict[str, Any]) -> dict[str, Any] | None:
+    """Run the model's ``auto_complete_config`` on the environment's interpreter (see autocomplete.py)."""
+    environment = resolve(value, model_dir, name)
+    job = json.dumps({"model_file": str(model_file), "name": name, "config": config})
+    try:
+        done = subprocess.run([environment.python, "-m", "naiad.backends.python.autocomplete"], input=job,
+                              check=False, env=_process_env(environment), capture_output=True, text=True,
+                              cwd=str(model_file.parent), timeout=300)
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        raise internal(f"auto_complete_config of model '{name}' could not run in its Python execution "
+                       f"environment: {exc}") from None
+    lines = done.stdout.strip().splitlines()
+    try:
+        answer = json.loads(lines[-1]) if done.returncode == 0 and lines else None
+    except ValueError:
+        answer = None
+    if not isinstance(answer, dict):
+        errors = [line for line in done.stderr.strip().splitlines() if line.strip()]
+        raise internal(f"auto_complete_config of model '{name}' failed in its Python execution environment: "
+                       f"{errors[-1] if errors else f'exit code {done.returncode}'}")
+    if "error" in answer:
+        raise InferError(answer["error"][1], Code[answer["error"][0]])
+    return answer["config"]

@@ -39,6 +39,22 @@ class TritonPythonModel:
 """
 
 
+# No inputs or outputs: the hook adds them, and only when it runs where six is the environment's.
+AUTO_CONFIG = """
+name: "env_auto"
+backend: "python"
+parameters {{ key: "EXECUTION_ENV_PATH" value: {{ string_value: "{env}" }} }}
+"""
+AUTO_HOOK = f"""
+    @staticmethod
+    def auto_complete_config(config):
+        config.add_input({{"name": "IN", "data_type": "TYPE_INT32", "dims": [1]}})
+        name = "INFO" if six.__version__ == "{ENV_SIX}" else "SERVER_SIX_" + six.__version__
+        config.add_output({{"name": name, "data_type": "TYPE_STRING", "dims": [1]}})
+        return config
+"""
+
+
 def _config(name: str, env_path: str | None) -> str:
     param = (f'parameters {{ key: "EXECUTION_ENV_PATH" value: {{ string_value: "{env_path}" }} }}'
              if env_path is not None else "")
@@ -104,7 +120,8 @@ def setup(envs: Path, tmp_path_factory: pytest.TempPathFactory):
         m.write(repo, name, _config(name, env_path), REPORT if env_path is not None else REPORT.replace(
             "import six\n", "try:\n    import six\nexcept ImportError:\n    six = type('six', (), {'__version__': ''})\n"))
     # Not "ready": the broken models stay unavailable on purpose. The HTTP port opens once loading is done.
-    server = RunningServer([repo], f"--backend-config=python,execution-env-cache={cache}", wait_ready=False)
+    m.write_model(repo, "env_auto", AUTO_CONFIG.format(env=shared), REPORT + AUTO_HOOK)
+    server = RunningServer([repo], env={"NAIAD_PYTHON_ENV_CACHE": str(cache)}, wait_ready=False)
     yield server, cache, envs
     server.stop()
 
@@ -157,6 +174,14 @@ def test_models_naming_one_archive_share_one_unpacked_copy(setup) -> None:
     assert len(unpacked) == 1, unpacked  # one environment, and no half-extracted leftovers from the broken ones
     extracted = [line for line in server.log().splitlines() if "Extracting Python execution env" in line]
     assert len([line for line in extracted if "six-env.tar.gz" in line]) == 1, extracted
+
+
+def test_auto_complete_config_runs_in_the_environment(setup) -> None:
+    server, _, _ = setup
+    with httpclient.InferenceServerClient(server.url) as client:
+        config = client.get_model_config("env_auto")
+    assert [o["name"] for o in config["output"]] == ["INFO"], config["output"]
+    assert _info(server, "env_auto")["six"] == ENV_SIX
 
 
 @pytest.mark.parametrize(("model", "words"), [
