@@ -12,6 +12,7 @@ requests a synchronous instance may have queued in its socket; default 4; it sti
 from __future__ import annotations
 
 import asyncio
+import logging
 import os
 from pathlib import Path
 from typing import Any
@@ -28,6 +29,7 @@ from naiad.config import ModelConfig, pb
 from naiad.config.render import config_to_dict, dict_to_config
 from naiad.core.errors import invalid
 
+log = logging.getLogger("naiad.python")
 _KIND_NAMES = {pb.ModelInstanceGroup.KIND_CPU: "CPU", pb.ModelInstanceGroup.KIND_GPU: "GPU",
                pb.ModelInstanceGroup.KIND_MODEL: "MODEL", pb.ModelInstanceGroup.KIND_AUTO: "AUTO"}
 _ENV_SIZES = {"shm-default-byte-size": "SAGEMAKER_TRITON_SHM_DEFAULT_BYTE_SIZE",
@@ -64,7 +66,7 @@ class PythonBackend(Backend):
         if not candidates:
             return config
         model_file = _model_file(config, candidates[-1])
-        if "EXECUTION_ENV_PATH" in config.parameters and config.parameters["EXECUTION_ENV_PATH"].string_value:
+        if _has_environment(config):
             # The model's packages live in its environment: its hook runs there, as in Triton's stub.
             result = auto_complete_in_environment(config.parameters["EXECUTION_ENV_PATH"].string_value, model_dir,
                                                   model_file, config.name, config_to_dict(config))
@@ -79,8 +81,16 @@ class PythonBackend(Backend):
 
     def load(self, ctx: VersionContext) -> LoadedVersion:
         if _flag(ctx.options, "in-process"):
-            return InProcessVersion(ctx)
+            if not _has_environment(ctx.config):
+                return InProcessVersion(ctx)
+            # Another interpreter can't run inside the server: this model keeps its worker processes.
+            log.info("model '%s' has an EXECUTION_ENV_PATH: it runs in worker processes despite in-process=true",
+                     ctx.name)
         return WorkerVersion(ctx)
+
+
+def _has_environment(config: ModelConfig) -> bool:
+    return "EXECUTION_ENV_PATH" in config.parameters and bool(config.parameters["EXECUTION_ENV_PATH"].string_value)
 
 
 def _instance_args(ctx: VersionContext) -> list[dict[str, str]]:

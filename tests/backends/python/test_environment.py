@@ -204,3 +204,14 @@ def test_broken_environment_fails_only_its_model(setup, model: str, words: list[
         assert client.is_server_live()
     assert not (envs / "escaped.txt").exists() and not (envs.parent / "escaped.txt").exists()
     assert _info(server, "env_tar")["six"] == ENV_SIX  # and the rest keeps serving
+
+
+def test_in_process_server_still_runs_an_environment_model_in_its_worker(envs: Path, tmp_path: Path) -> None:
+    repo = tmp_path / "repo"
+    m.write(repo, "env_folder", _config("env_folder", str(envs / "six-env")), REPORT)
+    server = RunningServer([repo], "--backend-config=python,in-process=true",
+                           env={"NAIAD_PYTHON_ENV_CACHE": str(tmp_path / "cache")})
+    try:
+        assert _info(server, "env_folder")["six"] == ENV_SIX
+    finally:
+        server.stop()
