@@ -9,15 +9,18 @@ import io
 import json
 import os
 import shutil
+import signal
 import subprocess
 import sys
 import tarfile
+import time
 from importlib import metadata
 from pathlib import Path
 
 import numpy as np
 import pytest
 import tritonclient.http as httpclient
+from tritonclient.utils import InferenceServerException
 
 from tests.backends.python import models as m
 from tests.server import RunningServer
@@ -33,7 +36,7 @@ import triton_python_backend_utils as pb_utils
 class TritonPythonModel:
     def execute(self, requests):
         info = {"six": six.__version__, "prefix": sys.prefix, "executable": sys.executable,
-                "numpy": np.__version__, "virtual_env": os.environ.get("VIRTUAL_ENV", "")}
+                "numpy": np.__version__, "virtual_env": os.environ.get("VIRTUAL_ENV", ""), "pid": os.getpid()}
         out = np.array([json.dumps(info).encode()], dtype=np.object_)
         return [pb_utils.InferenceResponse([pb_utils.Tensor("INFO", out)]) for _ in requests]
 """
@@ -174,6 +177,24 @@ def test_models_naming_one_archive_share_one_unpacked_copy(setup) -> None:
     assert len(unpacked) == 1, unpacked  # one environment, and no half-extracted leftovers from the broken ones
     extracted = [line for line in server.log().splitlines() if "Extracting Python execution env" in line]
     assert len([line for line in extracted if "six-env.tar.gz" in line]) == 1, extracted
+
+
+def test_a_dead_worker_comes_back_in_its_environment(setup) -> None:
+    server, _, _ = setup
+    before = _info(server, "env_folder")
+    os.kill(before["pid"], signal.SIGKILL)
+    deadline = time.monotonic() + 20
+    with httpclient.InferenceServerClient(server.url) as client:
+        while True:  # the restart is noticed asynchronously: until then the model may still look ready
+            try:
+                after = _info(server, "env_folder") if client.is_model_ready("env_folder") else None
+            except InferenceServerException:
+                after = None
+            if after is not None and after["pid"] != before["pid"]:
+                break
+            assert time.monotonic() < deadline, "the worker did not come back"
+            time.sleep(0.05)
+    assert after["six"] == ENV_SIX and after["prefix"] == before["prefix"]
 
 
 def test_auto_complete_config_runs_in_the_environment(setup) -> None:
