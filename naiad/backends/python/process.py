@@ -8,6 +8,7 @@ an execution is a bare future resolved from the read callback (no task per reque
 from __future__ import annotations
 
 import asyncio
+import inspect
 import logging
 import marshal
 import os
@@ -353,10 +354,24 @@ class WorkerProcess:
                 value = metrics.REGISTRY.value(args[0])
             elif what == "control":
                 value = self._control(*args)
+                if inspect.isawaitable(value):  # a load runs off the loop; the model waits for its answer
+                    asyncio.ensure_future(self._reply_when_done(tag, value))
+                    return
             else:
                 raise InferError(f"unknown call '{what}'")
         except (InferError, metrics.MetricError) as exc:
             self._reply(("r", tag, False, str(getattr(exc, "message", exc))))
+            return
+        self._reply(("r", tag, True, value))
+
+    async def _reply_when_done(self, tag: int, pending: Any) -> None:
+        try:
+            value = await pending
+        except InferError as exc:
+            self._reply(("r", tag, False, exc.message))
+            return
+        except Exception as exc:  # the model hears about it; the server keeps serving
+            self._reply(("r", tag, False, f"{type(exc).__name__}: {exc}"))
             return
         self._reply(("r", tag, True, value))
 
