@@ -384,8 +384,7 @@ class WorkerProcess:
         if method is None:
             raise InferError(f"explicit model {op} is not available in this server (see --model-control-mode)",
                              Code.UNAVAILABLE)
-        method(name, **({"config": arg, "files": extra} if op == "load" else extra))
-        return None
+        return method(name, **({"config": arg, "files": extra} if op == "load" else extra))
 
     # --- BLS: a worker's request to another model goes through the server core --------------------------------
 
