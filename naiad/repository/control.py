@@ -24,6 +24,7 @@ from naiad.config import ModelConfig
 from naiad.config.ensemble import ENSEMBLE_PLATFORM, dependencies
 from naiad.config.loader import load_config
 from naiad.core.errors import InferError, internal, invalid, unavailable
+from naiad.repository.layout import version_dirs
 from naiad.repository.manager import ModelEntry, ModelRepository
 from naiad.repository.model import ModelVersion
 
@@ -171,6 +172,7 @@ class ModelControl:
             scratch = _write_files(name, files) if files else None
             path = scratch if scratch is not None else paths[0]
             loop = asyncio.get_running_loop()
+            self.repository.loading[name] = set(version_dirs(path)) if path.is_dir() else set()
             try:
                 entry = await loop.run_in_executor(None, self.repository.load_entry, name, path, override)
                 await self.repository.warm_up_entry(entry)
@@ -178,6 +180,8 @@ class ModelControl:
                 if scratch is not None:
                     shutil.rmtree(scratch, ignore_errors=True)
                 raise
+            finally:
+                del self.repository.loading[name]
             entry.scratch = scratch
             self._install(name, entry)
 

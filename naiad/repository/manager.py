@@ -76,6 +76,7 @@ class ModelRepository:
         self.options = options
         self.models: dict[str, ModelEntry] = {}
         self.core: Core | None = None  # the service, which sets itself here: models that call models reach it
+        self.loading: dict[str, set[int]] = {}  # model control: versions being loaded right now
 
     def scan(self) -> dict[str, list[Path]]:
         """Every model folder of every repository, by name (a name in two repositories is ambiguous)."""
@@ -330,18 +331,21 @@ class ModelRepository:
         """Triton's repository index; ``listed`` names models on disk that were never loaded (explicit and
         poll modes list them by name only)."""
         rows: list[dict[str, str]] = []
-        for name in sorted(set(self.models) | (listed or set())):
-            entry = self.models.get(name)
-            if entry is None:
+        for name in sorted(set(self.models) | set(self.loading) | (listed or set())):
+            entry = self.models.get(name) or ModelEntry(name, Path())
+            loading = self.loading.get(name, set())
+            versions = set(entry.versions) | set(entry.failed) | entry.unloaded | entry.unloading | loading
+            if not versions and name not in self.models:
                 if not ready_only:
                     rows.append({"name": name})
                 continue
-            versions = set(entry.versions) | set(entry.failed) | entry.unloaded | entry.unloading
             for version in sorted(versions):
                 if version in entry.versions:
                     rows.append({"name": name, "version": str(version), "state": "READY"})
                 elif ready_only:
                     continue
+                elif version in loading:
+                    rows.append({"name": name, "version": str(version), "state": "LOADING"})
                 elif version in entry.unloading:
                     rows.append({"name": name, "version": str(version), "state": "UNLOADING"})
                 elif version in entry.failed:

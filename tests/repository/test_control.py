@@ -40,6 +40,12 @@ SLOW_PY = """
                 f.write("x")
 """
 
+SLOW_START_PY = IDENTITY_PY.replace("class TritonPythonModel:", """class TritonPythonModel:
+        def initialize(self, args):
+            import time
+            time.sleep(1.5)
+""")
+
 CONTROLLER_CONFIG = """
     name: "controller"
     backend: "python"
@@ -119,6 +125,7 @@ def repo(tmp_path_factory: pytest.TempPathFactory) -> Path:
     write_model(repo, "ident", IDENTITY_FP32.format(name="ident"), IDENTITY_PY)
     write_model(repo, "slow", IDENTITY_FP32.format(name="slow"), SLOW_PY)
     write_model(repo, "controller", CONTROLLER_CONFIG, CONTROLLER_PY)
+    write_model(repo, "slow_start", IDENTITY_FP32.format(name="slow_start"), SLOW_START_PY)
     write_model(repo, "target", IDENTITY_FP32.format(name="target"), IDENTITY_PY)
     (repo / "ens" / "1").mkdir(parents=True)
     (repo / "ens" / "config.pbtxt").write_text(ENSEMBLE)
@@ -244,6 +251,31 @@ def test_reload_lets_in_flight_requests_finish_on_the_old_version(http: httpclie
     wait_for(lambda: marker.exists())  # the old version was finalized once its request finished
     http.unload_model("slow")
     wait_for(lambda: marker.read_text() == "xx")
+
+
+def test_a_slow_load_is_listed_as_loading_while_others_serve(http: httpclient.InferenceServerClient,
+                                                           server: RunningServer) -> None:
+    http.load_model("ident")
+    errors: list[Exception] = []
+
+    def load() -> None:
+        with httpclient.InferenceServerClient(server.url, network_timeout=60) as client:
+            try:
+                client.load_model("slow_start")
+            except Exception as exc:  # reported below, in the test's thread
+                errors.append(exc)
+
+    loader = threading.Thread(target=load)
+    loader.start()
+    wait_for(lambda: index(http).get("slow_start/1", {}).get("state") == "LOADING")
+    data = np.arange(3, dtype=np.float32)
+    started = time.monotonic()
+    np.testing.assert_array_equal(infer_http(http, "ident", data), data)  # initialize() blocks no one else
+    assert time.monotonic() - started < 1.0
+    loader.join(30)
+    assert not errors
+    assert index(http)["slow_start/1"]["state"] == "READY"
+    http.unload_model("slow_start")
 
 
 def test_loading_an_ensemble_loads_its_models_and_unload_dependents(http: httpclient.InferenceServerClient) -> None:
