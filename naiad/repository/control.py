@@ -229,7 +229,9 @@ class ModelControl:
     async def unload_model(self, name: str, unload_dependents: bool = False,
                            _visiting: frozenset[str] = frozenset()) -> None:
         """Stop routing requests to the model now; its versions finish what they hold, then ``finalize()``.
-        Unloading a model that isn't loaded succeeds, as in Triton."""
+        Unloading a model that isn't loaded succeeds, as in Triton. Ensembles that use the model go with it
+        (Triton unloads them too); ``unload_dependents`` also unloads an ensemble's composing models."""
+        visiting = _visiting | {name}
         async with self._lock(name):
             entry = self.repository.models.get(name)
             if entry is None or not (entry.versions or entry.failed):
@@ -242,10 +244,15 @@ class ModelControl:
             self._retire(entry, versions, entry.scratch)
             entry.scratch = None
             config = entry.config
+        for other in sorted(self.repository.models):
+            users = self.repository.models[other]
+            if (other not in visiting and users.versions and users.config is not None
+                    and name in {step for step, _ in dependencies(users.config)}):
+                await self.unload_model(other, False, visiting)
         if unload_dependents and config is not None and config.platform == ENSEMBLE_PLATFORM:
             for step, _ in dependencies(config):
-                if step not in _visiting:
-                    await self.unload_model(step, True, _visiting | {name})
+                if step not in visiting:
+                    await self.unload_model(step, True, visiting)
 
     def _retire(self, entry: ModelEntry | None, versions: list[ModelVersion], scratch: Path | None) -> None:
         task = asyncio.ensure_future(self._finish(entry, versions, scratch))

@@ -355,7 +355,7 @@ class WorkerProcess:
             elif what == "control":
                 value = self._control(*args)
                 if inspect.isawaitable(value):  # a load runs off the loop; the model waits for its answer
-                    asyncio.ensure_future(self._reply_when_done(tag, value))
+                    asyncio.ensure_future(self._reply_when_done(tag, value, args[0]))
                     return
             else:
                 raise InferError(f"unknown call '{what}'")
@@ -364,14 +364,13 @@ class WorkerProcess:
             return
         self._reply(("r", tag, True, value))
 
-    async def _reply_when_done(self, tag: int, pending: Any) -> None:
+    async def _reply_when_done(self, tag: int, pending: Any, op: str) -> None:
         try:
             value = await pending
-        except InferError as exc:
-            self._reply(("r", tag, False, exc.message))
-            return
-        except Exception as exc:  # the model hears about it; the server keeps serving
-            self._reply(("r", tag, False, f"{type(exc).__name__}: {exc}"))
+        except Exception as exc:  # the model hears about it (in python_backend's words); the server keeps serving
+            message = exc.message if isinstance(exc, InferError) else f"{type(exc).__name__}: {exc}"
+            self._reply(("r", tag, False, f"Failed to {op} model: Failed to process the request for model "
+                                          f"'{self.name}', message: {message}"))
             return
         self._reply(("r", tag, True, value))
 
