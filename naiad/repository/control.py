@@ -75,17 +75,21 @@ def _write_files(name: str, files: dict[str, bytes]) -> Path:
 
 
 def _fingerprint(paths: list[Path]) -> tuple:
-    """What poll mode compares between two scans: every file's path, size and modification time."""
+    """What tells a changed model from an unchanged one: every file's path, size and modification time,
+    and the configs' text (Triton doesn't reload a model whose config file was only touched)."""
     items: list[tuple] = []
     for root in paths:
         for path in sorted(root.rglob("*")):
             if "__pycache__" in path.parts:
                 continue
             try:
-                st = path.stat()
+                if path.suffix == ".pbtxt":
+                    items.append((str(path), path.read_bytes()))
+                else:
+                    st = path.stat()
+                    items.append((str(path), st.st_size, st.st_mtime_ns))
             except OSError:
                 continue
-            items.append((str(path), st.st_size, st.st_mtime_ns))
     return tuple(items)
 
 
@@ -112,8 +116,14 @@ class ModelControl:
             self.repository.load_all(None if "*" in self.startup_models else set(self.startup_models))
         else:
             self.repository.load_all()
+        if self.mode == "none":
+            return
+        prints = {n: _fingerprint(p) for n, p in self.repository.scan().items()}
+        for name, fingerprint in prints.items():
+            if name in self.repository.models:
+                self.repository.models[name].fingerprint = fingerprint
         if self.mode == "poll":
-            self._seen = {n: _fingerprint(p) for n, p in self.repository.scan().items()}
+            self._seen = prints
 
     def start_polling(self) -> None:
         if self.mode == "poll" and self.poll_secs > 0:
@@ -167,6 +177,11 @@ class ModelControl:
         paths = self.repository.scan().get(name, [])
         if not files and len(paths) != 1:
             raise _poll_failed(name)
+        current = self.repository.models.get(name)
+        fingerprint = _fingerprint(paths) if override is None else None
+        if (fingerprint is not None and current is not None and current.versions
+                and current.fingerprint == fingerprint):
+            return  # loaded from these very files already: Triton keeps the versions that serve
         await self._load_composing(name, override, paths, _visiting | {name})
         async with self._lock(name):
             scratch = _write_files(name, files) if files else None
@@ -183,6 +198,7 @@ class ModelControl:
             finally:
                 del self.repository.loading[name]
             entry.scratch = scratch
+            entry.fingerprint = fingerprint
             self._install(name, entry)
 
     async def _load_composing(self, name: str, override: ModelConfig | None, paths: list[Path],

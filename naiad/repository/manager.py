@@ -52,6 +52,7 @@ class ModelEntry:
     unloaded: set[int] = field(default_factory=set)  # versions unloaded by model control (index: "unloaded")
     unloading: set[int] = field(default_factory=set)  # versions draining in-flight requests before finalize()
     scratch: Path | None = None  # the folder a load's ``file:`` overrides were written to; removed on unload
+    fingerprint: tuple | None = None  # model control: the files it was loaded from (None: a config override)
 
     @property
     def ready(self) -> bool:

@@ -6,8 +6,8 @@ from __future__ import annotations
 import json
 import os
 import shutil
-import threading
 import textwrap
+import threading
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -245,6 +245,10 @@ def test_reload_lets_in_flight_requests_finish_on_the_old_version(http: httpclie
     worker = threading.Thread(target=infer)
     worker.start()
     time.sleep(0.3)  # the request is executing (it takes 1 s): reload underneath it
+    http.load_model("slow")  # unchanged files: Triton keeps the loaded version, and so do we
+    assert not marker.exists()
+    with open(repo / "slow" / "1" / "model.py", "a") as f:
+        f.write("# changed\n")
     http.load_model("slow")
     worker.join(30)
     np.testing.assert_array_equal(result["out"], data)
@@ -262,7 +266,7 @@ def test_a_slow_load_is_listed_as_loading_while_others_serve(http: httpclient.In
         with httpclient.InferenceServerClient(server.url, network_timeout=60) as client:
             try:
                 client.load_model("slow_start")
-            except Exception as exc:  # reported below, in the test's thread
+            except InferenceServerException as exc:  # reported below, in the test's thread
                 errors.append(exc)
 
     loader = threading.Thread(target=load)
