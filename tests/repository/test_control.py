@@ -353,3 +353,17 @@ def test_poll_mode_follows_the_repository(tmp_path: Path) -> None:
             assert client.is_model_ready("first")
     finally:
         server.stop()
+
+
+def test_load_model_star_loads_everything_and_needs_explicit_mode(tmp_path: Path) -> None:
+    for name in ("one", "two"):
+        write_model(tmp_path, name, IDENTITY_FP32.format(name=name), IDENTITY_PY)
+    server = RunningServer([tmp_path], "--model-control-mode=explicit", "--load-model=*",
+                           "--backend-config=python,in-process=true")
+    try:
+        with httpclient.InferenceServerClient(server.url) as client:
+            assert client.is_model_ready("one") and client.is_model_ready("two")
+    finally:
+        server.stop()
+    with pytest.raises(RuntimeError, match="--load-model requires --model-control-mode=explicit"):
+        RunningServer([tmp_path], "--load-model=one")
