@@ -62,6 +62,7 @@ class Result:
     p99_ms: float
     mean_ms: float
     errors: int
+    cpu_us_per_request: float | None = None  # CPU time of the server and its children (stubs, workers)
     ratio_vs_triton: float | None = None
 
 
@@ -222,6 +223,22 @@ def to_result(server: str, connections: int, raw: dict) -> Result:
                   mean_ms=round(lat["mean"] / 1000, 3), errors=sum(raw["errors"].values()))
 
 
+def tree_cpu_seconds(pid: int) -> float:
+    """User + system CPU time of ``pid`` and all its descendants, from /proc. Less sensitive than req/s to
+    what else runs on the box: time the server waits for the core doesn't count."""
+    total, stack = 0, [pid]
+    while stack:
+        p = stack.pop()
+        try:
+            fields = Path(f"/proc/{p}/stat").read_text().rsplit(")", 1)[1].split()
+            total += int(fields[11]) + int(fields[12])  # utime, stime (clock ticks)
+            for task in os.listdir(f"/proc/{p}/task"):
+                stack += [int(c) for c in Path(f"/proc/{p}/task/{task}/children").read_text().split()]
+        except (FileNotFoundError, ProcessLookupError):
+            continue
+    return total / os.sysconf("SC_CLK_TCK")
+
+
 def bench_server(server: Server, args: argparse.Namespace, body: bytes, workdir: Path,
                  log: Callable[[str], None]) -> list[Result]:
     """Start -> ready -> verify -> warmup -> each connection level -> stop. Always stops the server."""
@@ -239,7 +256,10 @@ def bench_server(server: Server, args: argparse.Namespace, body: bytes, workdir:
             run_wrk(base + INFER_PATH, max(args.connections), args.warmup, args.wrk_cpu)
         results = []
         for conns in args.connections:
+            cpu0 = tree_cpu_seconds(proc.pid)
             res = to_result(server.name, conns, run_wrk(base + INFER_PATH, conns, args.duration, args.wrk_cpu))
+            if res.requests:
+                res.cpu_us_per_request = round((tree_cpu_seconds(proc.pid) - cpu0) * 1e6 / res.requests, 1)
             log(f"[{server.name}] c={conns:<4} {res.rps:>10.1f} req/s  p50 {res.p50_ms:.2f} ms"
                 f"  p99 {res.p99_ms:.2f} ms  errors {res.errors}")
             results.append(res)
@@ -307,13 +327,15 @@ def add_ratios(results: list[Result]) -> None:
 
 
 def table(results: list[Result]) -> str:
-    head = f"{'server':<10} {'conns':>5} {'req/s':>10} {'p50 ms':>8} {'p99 ms':>8} {'errors':>6} {'vs triton':>9}"
+    head = (f"{'server':<10} {'conns':>5} {'req/s':>10} {'p50 ms':>8} {'p99 ms':>8} {'errors':>6} {'vs triton':>9}"
+            f" {'cpu us/req':>10}")
     lines = [head, "-" * len(head)]
     order = ["naiad", *KNOWN_PEERS]  # naiad first, then the reference it is compared against
     for r in sorted(results, key=lambda r: (r.connections, order.index(r.server))):
         ratio = f"{r.ratio_vs_triton:.2f}x" if r.ratio_vs_triton is not None else "-"
+        cpu = f"{r.cpu_us_per_request:.1f}" if r.cpu_us_per_request is not None else "-"
         lines.append(f"{r.server:<10} {r.connections:>5} {r.rps:>10.1f} {r.p50_ms:>8.2f} {r.p99_ms:>8.2f}"
-                     f" {r.errors:>6} {ratio:>9}")
+                     f" {r.errors:>6} {ratio:>9} {cpu:>10}")
     return "\n".join(lines)
 
 
