@@ -43,7 +43,7 @@ from tritonclient.grpc import service_pb2 as pb
 BENCH_DIR = Path(__file__).resolve().parent
 MODEL = "add_sub"
 PATH = "/inference.GRPCInferenceService/ModelInfer"
-PEERS = ("triton", "echo")
+PEERS = ("triton", "echo", "lean")
 A = np.array([1, 2, 3, 4], dtype=np.float32)
 B = np.ones(4, dtype=np.float32)
 
@@ -123,6 +123,10 @@ def servers(args: argparse.Namespace, workdir: Path) -> list[tuple[Server, int]]
     if "echo" in args.peers:
         grpc = free_port()
         out.append((Server("echo", [sys.executable, str(BENCH_DIR / "grpc_echo_server.py"), str(grpc)], 0,
+                           PROJECT_DIR), grpc))
+    if "lean" in args.peers:
+        grpc = free_port()
+        out.append((Server("lean", [sys.executable, str(BENCH_DIR / "grpc_lean_echo.py"), str(grpc)], 0,
                            PROJECT_DIR), grpc))
     return out
 

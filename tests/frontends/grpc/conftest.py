@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -101,6 +102,10 @@ def write_grpc_models(repo: Path) -> None:
     """)
 
 
+# NAIAD_TEST_GRPC_ENGINE=lean runs this whole package against the lean HTTP/2 engine instead of grpc.aio.
+_ENGINE = ("--grpc-engine", os.environ["NAIAD_TEST_GRPC_ENGINE"]) if os.environ.get("NAIAD_TEST_GRPC_ENGINE") else ()
+
+
 @pytest.fixture(scope="package")
 def grpc_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RunningServer]:
     repo = tmp_path_factory.mktemp("grpc_models")
@@ -110,6 +115,7 @@ def grpc_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RunningSer
                            "--grpc-keepalive-permit-without-calls", "true", "--grpc-http2-max-pings-without-data", "0",
                            "--grpc-http2-min-recv-ping-interval-without-data", "1000",
                            "--grpc-http2-max-ping-strikes", "0", "--grpc-max-connection-age", "600000",
-                           "--grpc-max-connection-age-grace", "5000", "--grpc-infer-allocation-pool-size", "16")
+                           "--grpc-max-connection-age-grace", "5000", "--grpc-infer-allocation-pool-size", "16",
+                           *_ENGINE)
     yield server
     server.stop()
