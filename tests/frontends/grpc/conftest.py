@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import os
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -102,12 +101,9 @@ def write_grpc_models(repo: Path) -> None:
     """)
 
 
-# NAIAD_TEST_GRPC_ENGINE=lean runs this whole package against the lean HTTP/2 engine instead of grpc.aio.
-_ENGINE = ("--grpc-engine", os.environ["NAIAD_TEST_GRPC_ENGINE"]) if os.environ.get("NAIAD_TEST_GRPC_ENGINE") else ()
-
-
-@pytest.fixture(scope="package")
-def grpc_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RunningServer]:
+# Every test of this package runs against both server engines: grpc.aio and naiad's lean HTTP/2 server.
+@pytest.fixture(scope="package", params=("grpcio", "lean"))
+def grpc_server(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Iterator[RunningServer]:
     repo = tmp_path_factory.mktemp("grpc_models")
     write_grpc_models(repo)
     # Non-default keepalive settings: the server must take Triton's flags and still serve.
@@ -116,6 +112,6 @@ def grpc_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RunningSer
                            "--grpc-http2-min-recv-ping-interval-without-data", "1000",
                            "--grpc-http2-max-ping-strikes", "0", "--grpc-max-connection-age", "600000",
                            "--grpc-max-connection-age-grace", "5000", "--grpc-infer-allocation-pool-size", "16",
-                           *_ENGINE)
+                           "--grpc-engine", request.param)
     yield server
     server.stop()
