@@ -51,7 +51,7 @@ PATH = b"/inference.GRPCInferenceService/ModelInfer"
 
 
 class Stream:
-    __slots__ = ("path", "block", "body", "window", "pending")
+    __slots__ = ("block", "body", "path", "pending", "window")
 
     def __init__(self, window: int) -> None:
         self.path = b""
@@ -170,9 +170,8 @@ class Connection(asyncio.Protocol):
         elif kind == RST_STREAM:
             self.streams.pop(sid, None)
             self.blocked.pop(sid, None)
-        elif kind == GOAWAY:
-            if not self.streams:
-                self.transport.close()
+        elif kind == GOAWAY and not self.streams:
+            self.transport.close()
 
     def dispatch(self, sid: int, stream: Stream) -> None:
         if stream.path != PATH:

@@ -113,8 +113,21 @@ class Context:
 class Stream:
     """One HTTP/2 stream, i.e. one call."""
 
-    __slots__ = ("sid", "block", "headers", "body", "window", "pending", "handler", "inbox", "task", "received",
-                 "started", "closed", "encoding")
+    __slots__ = (
+        "block",
+        "body",
+        "closed",
+        "encoding",
+        "handler",
+        "headers",
+        "inbox",
+        "pending",
+        "received",
+        "sid",
+        "started",
+        "task",
+        "window",
+    )
 
     def __init__(self, sid: int, window: int) -> None:
         self.sid = sid
@@ -280,10 +293,9 @@ class Connection(asyncio.Protocol):
             self.blocked.pop(sid, None)
             if stream is not None and stream.task is not None:
                 stream.task.cancel()
-        elif kind == GOAWAY:
-            # The client is leaving: finish what runs, then the transport closes from its side.
-            if not self.streams and self.transport is not None:
-                self.transport.close()
+        elif kind == GOAWAY and not self.streams and self.transport is not None:
+            # The client is leaving with nothing in flight; otherwise it closes once its calls are answered.
+            self.transport.close()
         # PRIORITY, PUSH_PROMISE (never sent to a server) and unknown types are ignored, as the spec says.
 
     def on_settings(self, payload: bytes) -> None:
@@ -360,7 +372,7 @@ class Connection(asyncio.Protocol):
             handler = stream.handler
             try:
                 request = handler.request_deserializer(data)
-            except Exception:
+            except Exception:  # noqa: BLE001 - any parse failure is this call's INTERNAL, as grpcio answers it
                 self.trailers_only(stream, grpc.StatusCode.INTERNAL, "Exception deserializing request!")
                 return
         stream.body = bytearray()
@@ -387,7 +399,7 @@ class Connection(asyncio.Protocol):
             except InferError as exc:
                 self.trailers_only(stream, GRPC_STATUS[exc.code], exc.message)
                 return
-            except Exception as exc:  # noqa: BLE001 - a bug costs this call, never the connection
+            except Exception as exc:
                 log.exception("ModelInfer failed")
                 self.trailers_only(stream, grpc.StatusCode.UNKNOWN, f"{type(exc).__name__}: {exc}")
                 return
@@ -426,7 +438,7 @@ class Connection(asyncio.Protocol):
                     return
                 try:
                     inbox.put_nowait(stream.handler.request_deserializer(bytes(data)))  # type: ignore[union-attr]
-                except Exception:
+                except Exception:  # noqa: BLE001 - as in unary()
                     self.trailers_only(stream, grpc.StatusCode.INTERNAL, "Exception deserializing request!")
                     return
                 pos += 5 + size
