@@ -90,6 +90,21 @@ def _grpc_error(code: grpc.StatusCode, message: str) -> bytes:
     return status_trailers(code, message)
 
 
+def _only_indexed(block: bytes) -> bool:
+    """Whether an HPACK block holds only indexed fields (RFC 7541 6.1), which leave the dynamic table as it is."""
+    i, n = 0, len(block)
+    while i < n:
+        first = block[i]
+        i += 1
+        if not first & 0x80:
+            return False
+        if first & 0x7F == 0x7F:  # the index continues in 7-bit groups
+            while i < n and block[i] & 0x80:
+                i += 1
+            i += 1
+    return True
+
+
 class Context:
     """The part of grpc.aio's ServicerContext naiad's handlers use: the call's status."""
 
@@ -153,6 +168,8 @@ class Connection(asyncio.Protocol):
         self.buf = bytearray()
         self.preface = False
         self.decoder = Decoder()
+        # A client repeating a call sends the same block of table references each time: decode it once.
+        self.blocks: dict[bytes, list[tuple[str, str]]] = {}
         self.streams: dict[int, Stream] = {}
         self.blocked: dict[int, Stream] = {}
         self.send_window = 65535
@@ -313,12 +330,20 @@ class Connection(asyncio.Protocol):
         self.flush()
 
     def headers_done(self, stream: Stream) -> None:
-        try:
-            fields = self.decoder.decode(bytes(stream.block))
-        except HPACKError:
-            self.goaway(COMPRESSION_ERROR, close=True)
-            return
+        block = bytes(stream.block)
         stream.block = bytearray()
+        fields = self.blocks.get(block)
+        if fields is None:
+            try:
+                fields = self.decoder.decode(block)
+            except HPACKError:
+                self.goaway(COMPRESSION_ERROR, close=True)
+                return
+            if _only_indexed(block):
+                if len(self.blocks) < 64:
+                    self.blocks[block] = fields
+            else:
+                self.blocks.clear()  # the block may have changed the dynamic table the cached ones refer to
         if stream.handler is not None:  # request trailers: only their END_STREAM matters
             if self.end_stream:
                 if stream.inbox is not None:
@@ -496,20 +521,21 @@ class Connection(asyncio.Protocol):
 
     def send_message(self, stream: Stream, data: bytes, last: bool) -> None:
         head = b"\0" + len(data).to_bytes(4, "big")
+        first = b""
         if not stream.started:
             stream.started = True
-            self.write(frame(HEADERS, END_HEADERS, stream.sid, RESPONSE_HEADERS))
+            first = frame(HEADERS, END_HEADERS, stream.sid, RESPONSE_HEADERS)  # goes out in the same write
         stream.pending.append(head + data if len(data) < 65536 else head)
         if len(data) >= 65536:
             stream.pending.append(data)
         if last:
             stream.closed = True
             stream.pending.append(OK_TRAILERS)
-        self.send(stream)
+        self.send(stream, first)
 
-    def send(self, stream: Stream) -> None:
+    def send(self, stream: Stream, first: bytes = b"") -> None:
         """Write what the windows allow of the stream's pending data (the last item may be its trailers)."""
-        out = []
+        out = [first]
         pending = stream.pending
         sid = stream.sid
         while pending:
@@ -532,8 +558,9 @@ class Connection(asyncio.Protocol):
             stream.window -= n
         if pending:
             self.blocked[sid] = stream
-        if out:
-            self.write(b"".join(out))
+        data = b"".join(out)
+        if data:
+            self.write(data)
 
     def flush(self) -> None:
         for sid in list(self.blocked):
