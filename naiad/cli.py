@@ -52,6 +52,12 @@ def build_parser() -> argparse.ArgumentParser:
     serve.add_argument("--model-config-name", default="", help="use configs/<name>.pbtxt where a model has one")
     serve.add_argument("--disable-auto-complete-config", action="store_true",
                        help="never fill a config from the model itself")
+    serve.add_argument("--model-control-mode", choices=["none", "explicit", "poll"], default="none",
+                       help="none: load every model once; explicit: load / unload on request; poll: follow changes")
+    serve.add_argument("--load-model", action="append", default=[], metavar="NAME",
+                       help="explicit mode: a model to load at start-up (repeatable; '*' loads all)")
+    serve.add_argument("--repository-poll-secs", type=float, default=15.0,
+                       help="poll mode: seconds between two scans of the model repositories")
     _flag(serve, "--strict-readiness", True, "ready only when every model is ready")
     _flag(serve, "--exit-on-error", False, "exit when any model fails to load (Triton's default is true)")
     serve.add_argument("--exit-timeout-secs", type=float, default=30.0,
@@ -112,6 +118,9 @@ def serve(args: argparse.Namespace) -> int:
         cache_config=args.cache_config,
         rate_limit=args.rate_limit,
         rate_limit_resources=args.rate_limit_resource,
+        model_control_mode=args.model_control_mode,
+        load_models=args.load_model,
+        repository_poll_secs=args.repository_poll_secs,
         grpc=grpc_options.from_args(args),
         metrics=metrics_options.from_args(args),
     )

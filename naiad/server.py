@@ -12,6 +12,7 @@ from naiad.frontends.grpc.options import GrpcOptions
 from naiad.frontends.http.protocol import HttpProtocol
 from naiad.frontends.http.routes import Router
 from naiad.frontends.metrics.options import MetricsOptions
+from naiad.repository.control import ModelControl
 from naiad.repository.manager import ModelRepository, RepositoryOptions
 from naiad.scheduling.cache import ResponseCache, register_cache_metrics
 from naiad.scheduling.rate_limiter import RateLimiter
@@ -36,6 +37,9 @@ class ServerOptions:
     cache_config: list[str] = field(default_factory=list)
     rate_limit: str = "off"
     rate_limit_resources: list[str] = field(default_factory=list)
+    model_control_mode: str = "none"
+    load_models: list[str] = field(default_factory=list)  # explicit mode: loaded at start-up ("*": all)
+    repository_poll_secs: float = 15.0
     grpc: GrpcOptions = field(default_factory=GrpcOptions)
     metrics: MetricsOptions = field(default_factory=MetricsOptions)
 
@@ -48,29 +52,32 @@ class Server:
             limiter = None
             if options.rate_limit == "execution_count":
                 limiter = RateLimiter(dict(RateLimiter.parse_resource(v) for v in options.rate_limit_resources))
+            repository = ModelRepository(RepositoryOptions(
+                paths=options.model_repositories,
+                config_name=options.model_config_name,
+                auto_complete=options.auto_complete,
+                backend_config=options.backend_config,
+                response_cache=cache,
+                rate_limiter=limiter,
+            ))
+            self.control = ModelControl(repository, options.model_control_mode, options.load_models,
+                                        options.repository_poll_secs)
         except ValueError as exc:
             raise SystemExit(f"error: {exc}") from None
-        self.repository = ModelRepository(RepositoryOptions(
-            paths=options.model_repositories,
-            config_name=options.model_config_name,
-            auto_complete=options.auto_complete,
-            backend_config=options.backend_config,
-            response_cache=cache,
-            rate_limiter=limiter,
-        ))
+        self.repository = repository
         if cache is not None:
             register_cache_metrics(lambda: (
                 (m.name, m.version_str, m.stats, m.cache is not None)
                 for entry in self.repository.models.values() for m in entry.versions.values()
             ))
-        self.service = Service(self.repository, strict_readiness=options.strict_readiness)
+        self.service = Service(self.repository, strict_readiness=options.strict_readiness, control=self.control)
         self._servers: list[asyncio.base_events.Server] = []
         self._grpc = None  # grpc.aio.Server
         self._metrics = None  # MetricsService
         self._stop = asyncio.Event()
 
     async def start(self) -> None:
-        self.repository.load_all()
+        self.control.load_startup()
         await self.repository.warm_up()  # before any front end opens: no version is READY un-warmed
         for row in self.repository.index():
             log.info("model %-24s version %-4s %s%s", row["name"], row.get("version", "-"), row["state"],
@@ -88,7 +95,9 @@ class Server:
             self._servers.append(server)
             log.info("Started HTTPService at %s:%d", self.options.http_address, self.options.http_port)
         if self.options.grpc.enabled:
-            from naiad.frontends.grpc import server as grpc_server  # grpc loads only when it is served
+            from naiad.frontends.grpc import (
+                server as grpc_server,  # grpc loads only when it is served
+            )
 
             self._grpc = await grpc_server.start(self.service, self.options.grpc)
         if self.options.metrics.enabled:
@@ -98,6 +107,7 @@ class Server:
             await self._metrics.start()
         self.service.live = True
         self.service.accepting = True
+        self.control.start_polling()
 
     def request_stop(self) -> None:
         self._stop.set()
@@ -126,5 +136,6 @@ class Server:
         if self._metrics is not None:
             self._metrics.stop()
         self.service.live = False
+        await self.control.close()
         self.repository.unload_all()
         log.info("All models are stopped, unloading models")

@@ -13,6 +13,7 @@ import naiad
 from naiad.core.errors import Code, InferError, invalid, unavailable
 from naiad.core.request import InferRequest, InferResponse
 from naiad.core.settings import LogSettings, TraceSettings
+from naiad.repository.control import ModelControl
 from naiad.repository.manager import ModelRepository
 from naiad.repository.model import ModelVersion
 
@@ -32,9 +33,11 @@ EXTENSIONS = [
 
 
 class Service:
-    def __init__(self, repository: ModelRepository, strict_readiness: bool = True) -> None:
+    def __init__(self, repository: ModelRepository, strict_readiness: bool = True,
+                 control: ModelControl | None = None) -> None:
         self.repository = repository
         repository.core = self
+        self.control = control or ModelControl(repository)
         self.strict_readiness = strict_readiness
         self.live = False
         self.accepting = False  # False while starting and while draining on shutdown
@@ -174,5 +177,15 @@ class Service:
         return {"model_stats": [m.stats.as_dict(m.name, m.version_str) for m in models]}
 
     def repository_index(self, ready_only: bool = False) -> list[dict[str, str]]:
-        return self.repository.index(ready_only)
+        return self.repository.index(ready_only, self.control.listed())
+
+    # --- model control ------------------------------------------------------------------------------------------
+
+    async def load_model(self, name: str, config: str | None = None, files: dict[str, bytes] | None = None) -> None:
+        """Load or reload a model (HTTP/gRPC repository load, a Python model's ``pb_utils.load_model``); only
+        in explicit mode, as Triton allows it."""
+        await self.control.load(name, config or None, files or None)
+
+    async def unload_model(self, name: str, unload_dependents: bool = False) -> None:
+        await self.control.unload(name, unload_dependents)
 

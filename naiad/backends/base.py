@@ -42,6 +42,13 @@ class Core(Protocol):
 
     def stream(self, request: InferRequest) -> Any: ...  # AsyncIterator[InferResponse]
 
+    def model_ready(self, name: str, version: str = "") -> bool: ...
+
+    # pb_utils.load_model / unload_model: coroutines (a load runs off the loop); raise InferError as Triton would
+    def load_model(self, name: str, config: str | None = None, files: dict[str, bytes] | None = None) -> Any: ...
+
+    def unload_model(self, name: str, unload_dependents: bool = False) -> Any: ...
+
 
 @dataclass
 class VersionContext:

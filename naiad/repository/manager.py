@@ -49,6 +49,10 @@ class ModelEntry:
     failed: dict[int, str] = field(default_factory=dict)  # version -> reason
     reason: str = ""  # the whole model failed before any version was tried
     polled: bool = False  # its config was read and names it: Triton knows the model, ready or not
+    unloaded: set[int] = field(default_factory=set)  # versions unloaded by model control (index: "unloaded")
+    unloading: set[int] = field(default_factory=set)  # versions draining in-flight requests before finalize()
+    scratch: Path | None = None  # the folder a load's ``file:`` overrides were written to; removed on unload
+    fingerprint: tuple | None = None  # model control: the files it was loaded from (None: a config override)
 
     @property
     def ready(self) -> bool:
@@ -73,15 +77,27 @@ class ModelRepository:
         self.options = options
         self.models: dict[str, ModelEntry] = {}
         self.core: Core | None = None  # the service, which sets itself here: models that call models reach it
+        self.loading: dict[str, set[int]] = {}  # model control: versions being loaded right now
 
-    def load_all(self) -> None:
+    def scan(self) -> dict[str, list[Path]]:
+        """Every model folder of every repository, by name (a name in two repositories is ambiguous)."""
         found: dict[str, list[Path]] = {}
+        for repo in self.options.paths:
+            for name, path in model_dirs(repo).items():
+                found.setdefault(name, []).append(path)
+        return found
+
+    def load_all(self, only: set[str] | None = None) -> None:
+        """Load every model (or those named in ``only``: explicit mode's ``--load-model``)."""
         ensembles: dict[str, Path] = {}
         for repo in self.options.paths:
             if not repo.is_dir():
                 log.error("model repository '%s' does not exist", repo)
-            for name, path in model_dirs(repo).items():
-                found.setdefault(name, []).append(path)
+        found = self.scan()
+        if only is not None:
+            found = {n: p for n, p in found.items() if n in only}
+            for name in sorted(only - set(found)):
+                log.error("failed to load '%s': failed to poll from model repository", name)
         for name, paths in found.items():
             if len(paths) > 1:
                 entry = ModelEntry(name, paths[0])
@@ -117,12 +133,17 @@ class ModelRepository:
             for name in ready:
                 self.models[name] = self._load_model(name, remaining.pop(name))
 
-    def _load_model(self, name: str, path: Path, failure: InferError | None = None) -> ModelEntry:
+    def _load_model(self, name: str, path: Path, failure: InferError | None = None,
+                    override: ModelConfig | None = None) -> ModelEntry:
         """Poll (read and identify the config), then load each selected version, as Triton's two stages do:
-        a poll failure hides the model; a load failure is reported per version."""
+        a poll failure hides the model; a load failure is reported per version. ``override`` replaces the
+        config file (a load request's ``config`` parameter)."""
         entry = ModelEntry(name, path)
         try:
-            config, found = load_config(path, self.options.config_name)
+            if override is not None:
+                config, found = override, True
+            else:
+                config, found = load_config(path, self.options.config_name)
             if not found and not self.options.auto_complete:
                 raise invalid(f"failed to find a config.pbtxt for model '{name}' and auto-complete is disabled")
             if not config.name:
@@ -193,6 +214,11 @@ class ModelRepository:
             log.info("successfully loaded '%s' version %d", name, version)
         return entry
 
+    def load_entry(self, name: str, path: Path, override: ModelConfig | None = None) -> ModelEntry:
+        """One model, polled and loaded, not yet installed: model control decides whether it replaces the
+        entry that serves now. Safe to run off the event loop (it only reads ``models``)."""
+        return self._load_model(name, path, override=override)
+
     def _composing(self, config: ModelConfig, model: str, version: int) -> ModelConfig:
         """The config of the version a step runs on, or why the ensemble can't load (Triton's words)."""
         ensemble = config.name
@@ -223,23 +249,26 @@ class ModelRepository:
         """Run every loaded version's ``model_warmup``; a version whose warmup fails is unloaded and reported,
         so none is READY before its warmup completed."""
         for entry in self.models.values():
-            for version, model in list(entry.versions.items()):
-                if not model.config.model_warmup:
-                    continue
-                try:
-                    await warm_up(model, entry.path)
-                except InferError as exc:
-                    error = exc
-                except Exception as exc:  # a model's own bug is a failed load, not a dead server
-                    error = internal(f"{type(exc).__name__}: {exc}")
-                else:
-                    continue
-                del entry.versions[version]
-                try:
-                    model.unload()
-                except Exception:
-                    log.exception("finalize() of '%s' version %d failed", entry.name, version)
-                self._version_failed(entry, version, error)
+            await self.warm_up_entry(entry)
+
+    async def warm_up_entry(self, entry: ModelEntry) -> None:
+        for version, model in list(entry.versions.items()):
+            if not model.config.model_warmup:
+                continue
+            try:
+                await warm_up(model, entry.path)
+            except InferError as exc:
+                error = exc
+            except Exception as exc:  # a model's own bug is a failed load, not a dead server
+                error = internal(f"{type(exc).__name__}: {exc}")
+            else:
+                continue
+            del entry.versions[version]
+            try:
+                model.unload()
+            except Exception:
+                log.exception("finalize() of '%s' version %d failed", entry.name, version)
+            self._version_failed(entry, version, error)
 
     @staticmethod
     def _version_failed(entry: ModelEntry, version: int, error: InferError) -> None:
@@ -295,20 +324,38 @@ class ModelRepository:
             return False
 
     def all_ready(self) -> bool:
-        return all(e.ready and not e.failed and all(m.ready for m in e.versions.values())
+        # Models unloaded on request don't count: Triton's readiness covers the models it was asked to serve.
+        return all((e.ready or e.unloaded) and not e.failed and all(m.ready for m in e.versions.values())
                    for e in self.models.values())
 
-    def index(self, ready_only: bool = False) -> list[dict[str, str]]:
+    def index(self, ready_only: bool = False, listed: set[str] | None = None) -> list[dict[str, str]]:
+        """Triton's repository index; ``listed`` names models on disk that were never loaded (explicit and
+        poll modes list them by name only)."""
         rows: list[dict[str, str]] = []
-        for name in sorted(self.models):
-            entry = self.models[name]
-            for version in sorted(set(entry.versions) | set(entry.failed)):
+        for name in sorted(set(self.models) | set(self.loading) | (listed or set())):
+            entry = self.models.get(name) or ModelEntry(name, Path())
+            loading = self.loading.get(name, set())
+            versions = set(entry.versions) | set(entry.failed) | entry.unloaded | entry.unloading | loading
+            if not versions and name not in self.models:
+                if not ready_only:
+                    rows.append({"name": name})
+                continue
+            for version in sorted(versions):
                 if version in entry.versions:
                     rows.append({"name": name, "version": str(version), "state": "READY"})
-                elif not ready_only:
+                elif ready_only:
+                    continue
+                elif version in loading:
+                    rows.append({"name": name, "version": str(version), "state": "LOADING"})
+                elif version in entry.unloading:
+                    rows.append({"name": name, "version": str(version), "state": "UNLOADING"})
+                elif version in entry.failed:
                     rows.append({"name": name, "version": str(version), "state": "UNAVAILABLE",
                                  "reason": entry.failed[version]})
-            if not entry.versions and not entry.failed and not ready_only:
+                else:
+                    rows.append({"name": name, "version": str(version), "state": "UNAVAILABLE",
+                                 "reason": "unloaded"})
+            if not versions and not ready_only:
                 rows.append({"name": name, "state": "UNAVAILABLE", "reason": entry.reason})
         return rows
 

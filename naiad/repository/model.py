@@ -79,6 +79,8 @@ class ModelVersion:
         self.outputs_metadata = _io_metadata(config.output, batching)
         self.load_seconds = 0.0
         self.decoupled = config.model_transaction_policy.decoupled
+        self.in_flight = 0  # queued or executing requests: an unload waits for them before finalize()
+        self._drained: asyncio.Event | None = None
 
     @property
     def ready(self) -> bool:
@@ -99,7 +101,12 @@ class ModelVersion:
             return future
         if self.decoupled and request.responder is not None:
             request.responder = self._checked_responder(request, request.responder)
-        self.scheduler.enqueue(request, lambda req, resp, failed: self._complete(req, resp, failed, future))
+        self.in_flight += 1
+        try:
+            self.scheduler.enqueue(request, lambda req, resp, failed: self._complete(req, resp, failed, future))
+        except BaseException:
+            self.in_flight -= 1
+            raise
         future.add_done_callback(lambda f: f.cancelled() and self.loaded.cancel(request))
         return future
 
@@ -139,6 +146,9 @@ class ModelVersion:
 
     def _complete(self, request: InferRequest, response: InferResponse, failed: bool | str,
                   future: asyncio.Future) -> None:
+        self.in_flight -= 1
+        if self._drained is not None and self.in_flight == 0:
+            self._drained.set()
         reason = failed if isinstance(failed, str) else "BACKEND"
         if response.error is None:
             try:
@@ -166,6 +176,12 @@ class ModelVersion:
         started = time.perf_counter_ns()
         self.cache.insert(request.cache_key, response.outputs)
         self.stats.cache_miss.add(request.cache_ns + time.perf_counter_ns() - started)
+
+    async def drain(self) -> None:
+        """Wait until every request already queued on this version has finished."""
+        if self.in_flight:
+            self._drained = asyncio.Event()
+            await self._drained.wait()
 
     def unload(self) -> None:
         self.scheduler.stop()

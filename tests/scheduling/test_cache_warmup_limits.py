@@ -100,11 +100,6 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RunningServer]:
     running.stop()
 
 
-@pytest.fixture
-def client(server: RunningServer) -> Iterator[httpclient.InferenceServerClient]:
-    with httpclient.InferenceServerClient(server.url) as c:
-        yield c
-
 
 def _infer(client: httpclient.InferenceServerClient, model: str, data: np.ndarray) -> httpclient.InferResult:
     tensor = httpclient.InferInput("INPUT0", list(data.shape), "FP32")

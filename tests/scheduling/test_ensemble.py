@@ -213,11 +213,6 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RunningServer]:
     running.stop()
 
 
-@pytest.fixture
-def client(server: RunningServer) -> Iterator[httpclient.InferenceServerClient]:
-    with httpclient.InferenceServerClient(server.url) as c:
-        yield c
-
 
 def _infer(client: httpclient.InferenceServerClient, model: str, a: np.ndarray, b: np.ndarray,
            names: tuple[str, str] = ("RAW0", "RAW1"), **kwargs: object) -> httpclient.InferResult:

@@ -107,11 +107,6 @@ def _send(client: httpclient.InferenceServerClient, model: str, value: int, sequ
     return int(result.as_numpy("OUTPUT").reshape(-1)[0]), json.loads(result.as_numpy("INFO").reshape(-1)[0])
 
 
-@pytest.fixture
-def client(server: RunningServer) -> Iterator[httpclient.InferenceServerClient]:
-    with httpclient.InferenceServerClient(server.url) as c:
-        yield c
-
 
 def test_interleaved_sequences_keep_their_own_state(client: httpclient.InferenceServerClient) -> None:
     assert _send(client, "accumulate", 1, 11, start=True)[0] == 1

@@ -12,21 +12,24 @@ requests a synchronous instance may have queued in its socket; default 4; it sti
 from __future__ import annotations
 
 import asyncio
+import logging
 import os
 from pathlib import Path
 from typing import Any
 
 from naiad.backends.base import Backend, Instance, LoadedVersion, VersionContext
-from naiad.backends.python import metrics, pb_utils
-from naiad.backends.python.environment import resolve_environment
+from naiad.backends.python import metrics
+from naiad.backends.python.autocomplete import complete
+from naiad.backends.python.environment import auto_complete_in_environment, resolve_environment
 from naiad.backends.python.inprocess import InProcessInstance
 from naiad.backends.python.process import WorkerProcess, WorkerSpec
 from naiad.backends.python.runner import import_model
 from naiad.backends.python.shm import DEFAULT_GROWTH, DEFAULT_SIZE
 from naiad.config import ModelConfig, pb
 from naiad.config.render import config_to_dict, dict_to_config
-from naiad.core.errors import InferError, invalid
+from naiad.core.errors import invalid
 
+log = logging.getLogger("naiad.python")
 _KIND_NAMES = {pb.ModelInstanceGroup.KIND_CPU: "CPU", pb.ModelInstanceGroup.KIND_GPU: "GPU",
                pb.ModelInstanceGroup.KIND_MODEL: "MODEL", pb.ModelInstanceGroup.KIND_AUTO: "AUTO"}
 _ENV_SIZES = {"shm-default-byte-size": "SAGEMAKER_TRITON_SHM_DEFAULT_BYTE_SIZE",
@@ -62,38 +65,32 @@ class PythonBackend(Backend):
         candidates = [d for d in version_dirs if _model_file(config, d).is_file()]
         if not candidates:
             return config
-        module = _import_for_auto_complete(config, _model_file(config, candidates[-1]))
-        hook = getattr(module.TritonPythonModel, "auto_complete_config", None) if module is not None else None
-        if hook is None:
+        model_file = _model_file(config, candidates[-1])
+        if _has_environment(config):
+            # The model's packages live in its environment: its hook runs there, as in Triton's stub.
+            result = auto_complete_in_environment(config.parameters["EXECUTION_ENV_PATH"].string_value, model_dir,
+                                                  model_file, config.name, config_to_dict(config))
+        else:
+            result = complete(import_model(model_file, config.name), config_to_dict(config), config.name)
+        if result is None:
             return config
-        helper = pb_utils.ModelConfig(config_to_dict(config))
         try:
-            result = hook(helper)
-        except Exception as exc:
-            raise invalid(f"auto_complete_config failed for model '{config.name}': {exc}") from None
-        if not isinstance(result, pb_utils.ModelConfig):
-            raise invalid(
-                f"auto_complete_config function in model '{config.name}' must return a valid pb.ModelConfig object."
-            )
-        try:
-            return dict_to_config(result.as_dict())
+            return dict_to_config(result)
         except Exception as exc:
             raise invalid(f"auto_complete_config of model '{config.name}' returned an invalid config: {exc}") from None
 
     def load(self, ctx: VersionContext) -> LoadedVersion:
         if _flag(ctx.options, "in-process"):
-            return InProcessVersion(ctx)
+            if not _has_environment(ctx.config):
+                return InProcessVersion(ctx)
+            # Another interpreter can't run inside the server: this model keeps its worker processes.
+            log.info("model '%s' has an EXECUTION_ENV_PATH: it runs in worker processes despite in-process=true",
+                     ctx.name)
         return WorkerVersion(ctx)
 
 
-def _import_for_auto_complete(config: ModelConfig, path: Path) -> Any:
-    try:
-        return import_model(path, config.name)
-    except InferError:
-        if "EXECUTION_ENV_PATH" in config.parameters:
-            # The model's packages live in its own environment; its worker will import it there.
-            return None
-        raise
+def _has_environment(config: ModelConfig) -> bool:
+    return "EXECUTION_ENV_PATH" in config.parameters and bool(config.parameters["EXECUTION_ENV_PATH"].string_value)
 
 
 def _instance_args(ctx: VersionContext) -> list[dict[str, str]]:

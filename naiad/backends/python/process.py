@@ -8,6 +8,7 @@ an execution is a bare future resolved from the read callback (no task per reque
 from __future__ import annotations
 
 import asyncio
+import inspect
 import logging
 import marshal
 import os
@@ -353,10 +354,23 @@ class WorkerProcess:
                 value = metrics.REGISTRY.value(args[0])
             elif what == "control":
                 value = self._control(*args)
+                if inspect.isawaitable(value):  # a load runs off the loop; the model waits for its answer
+                    asyncio.ensure_future(self._reply_when_done(tag, value, args[0]))
+                    return
             else:
                 raise InferError(f"unknown call '{what}'")
         except (InferError, metrics.MetricError) as exc:
             self._reply(("r", tag, False, str(getattr(exc, "message", exc))))
+            return
+        self._reply(("r", tag, True, value))
+
+    async def _reply_when_done(self, tag: int, pending: Any, op: str) -> None:
+        try:
+            value = await pending
+        except Exception as exc:  # the model hears about it (in python_backend's words); the server keeps serving
+            message = exc.message if isinstance(exc, InferError) else f"{type(exc).__name__}: {exc}"
+            self._reply(("r", tag, False, f"Failed to {op} model: Failed to process the request for model "
+                                          f"'{self.name}', message: {message}"))
             return
         self._reply(("r", tag, True, value))
 
@@ -369,8 +383,7 @@ class WorkerProcess:
         if method is None:
             raise InferError(f"explicit model {op} is not available in this server (see --model-control-mode)",
                              Code.UNAVAILABLE)
-        method(name, **({"config": arg, "files": extra} if op == "load" else extra))
-        return None
+        return method(name, **({"config": arg, "files": extra} if op == "load" else extra))
 
     # --- BLS: a worker's request to another model goes through the server core --------------------------------
 

@@ -17,9 +17,9 @@ from naiad.core.errors import (
     internal,
     invalid,
     not_found,
-    unavailable,
 )
 from naiad.frontends.grpc.codec import parse_version
+from naiad.repository.control import decode_files
 from naiad.service import Service
 
 
@@ -65,12 +65,19 @@ class Control:
         rows = self.service.repository_index(request.ready)
         return pb.RepositoryIndexResponse(models=[pb.RepositoryIndexResponse.ModelIndex(**row) for row in rows])
 
-    def RepositoryModelLoad(self, request: pb.RepositoryModelLoadRequest) -> pb.RepositoryModelLoadResponse:
-        # Model control arrives with the explicit control mode; in 'none' mode Triton refuses both.
-        raise unavailable("explicit model load / unload is not allowed if polling is enabled")
+    async def RepositoryModelLoad(self, request: pb.RepositoryModelLoadRequest) -> pb.RepositoryModelLoadResponse:
+        params = request.parameters
+        config = params["config"].string_param if "config" in params else None
+        await self.service.load_model(request.model_name, config, decode_files(
+            {k: p.bytes_param for k, p in params.items() if k.startswith("file:")}, base64_encoded=False))
+        return pb.RepositoryModelLoadResponse()
 
-    def RepositoryModelUnload(self, request: pb.RepositoryModelUnloadRequest) -> pb.RepositoryModelUnloadResponse:
-        raise unavailable("explicit model load / unload is not allowed if polling is enabled")
+    async def RepositoryModelUnload(self, request: pb.RepositoryModelUnloadRequest
+                                    ) -> pb.RepositoryModelUnloadResponse:
+        params = request.parameters
+        dependents = params["unload_dependents"].bool_param if "unload_dependents" in params else False
+        await self.service.unload_model(request.model_name, dependents)
+        return pb.RepositoryModelUnloadResponse()
 
     # --- shared memory: no region can be registered yet ----------------------------------------------------------
 

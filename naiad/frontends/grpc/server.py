@@ -7,6 +7,7 @@ messages' own (de)serializers, so no servicer class sits between grpc and the ha
 
 from __future__ import annotations
 
+import inspect
 import logging
 from collections.abc import Callable
 from typing import Any
@@ -34,7 +35,10 @@ def _guarded(handler: Callable[[Any], Any]) -> Callable[[Any, Any], Any]:
     """A control-plane handler as a grpc.aio one: an ``InferError`` becomes the call's status."""
     async def call(request: Any, context: Any) -> Any:
         try:
-            return handler(request)
+            result = handler(request)
+            if inspect.isawaitable(result):  # model control: loads wait on a thread, the loop keeps serving
+                result = await result
+            return result
         except InferError as exc:
             fail(context, exc)
             return None

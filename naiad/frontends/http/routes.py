@@ -10,11 +10,17 @@ from urllib.parse import unquote
 
 import orjson
 
-from naiad.core.errors import Code, InferError, invalid, unavailable
+from naiad.core.errors import Code, InferError, internal, invalid
 from naiad.core.request import InferRequest, InferResponse
 from naiad.frontends.http.codec import OutputOptions, decode_request, encode_response
 from naiad.frontends.http.compression import compress, decompress
-from naiad.frontends.http.generate import decode_generate, encode_generate, sse_error, sse_event
+from naiad.frontends.http.generate import (
+    decode_generate,
+    encode_generate,
+    sse_error,
+    sse_event,
+)
+from naiad.repository.control import decode_files
 from naiad.repository.model import ModelVersion
 from naiad.service import Service
 
@@ -212,9 +218,34 @@ class Router:
                 ready_only = bool(isinstance(doc, dict) and doc.get("ready"))
             return json_reply(self.service.repository_index(ready_only))
         if len(rest) == 3 and rest[0] == "models" and rest[2] in ("load", "unload") and method == b"POST":
-            # Model control arrives with the explicit control mode; in 'none' mode Triton refuses both.
-            return error_reply(unavailable("explicit model load / unload is not allowed if polling is enabled"))
+            # Loads take a while (the model initializes): the reply waits on a task, the loop keeps serving.
+            return Deferred(asyncio.ensure_future(self._model_control(rest[1], rest[2], body)), lambda f: f.result())
         return _not_found()
+
+    async def _model_control(self, name: str, action: str, body: bytes | bytearray) -> Reply:
+        try:
+            parameters: Any = {}
+            if body:
+                try:
+                    doc = orjson.loads(body)
+                except orjson.JSONDecodeError as exc:
+                    raise internal(f"failed to parse the request JSON buffer: {exc}") from None
+                parameters = doc.get("parameters", {}) if isinstance(doc, dict) else {}
+                if not isinstance(parameters, dict):
+                    raise invalid("expected 'parameters' to be a JSON object")
+            if action == "load":
+                config = parameters.get("config")
+                if config is not None and not isinstance(config, str):
+                    raise internal("attempt to access JSON non-string as string")
+                await self.service.load_model(name, config, decode_files(parameters, base64_encoded=True))
+            else:
+                dependents = parameters.get("unload_dependents", False)
+                if not isinstance(dependents, bool):
+                    raise internal("attempt to access JSON non-boolean as boolean")
+                await self.service.unload_model(name, dependents)
+        except InferError as exc:
+            return error_reply(exc)
+        return Reply(200)
 
 
 def _generate_reply(response: InferResponse) -> Reply:

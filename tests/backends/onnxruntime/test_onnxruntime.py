@@ -155,11 +155,6 @@ def server(repo: Path) -> Iterator[RunningServer]:
     running.stop()
 
 
-@pytest.fixture
-def client(server: RunningServer) -> Iterator[httpclient.InferenceServerClient]:
-    with httpclient.InferenceServerClient(server.url) as c:
-        yield c
-
 
 def _inputs(**arrays: np.ndarray) -> list[httpclient.InferInput]:
     out = []

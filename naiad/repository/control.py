@@ -1,0 +1,316 @@
+"""Model control as Triton's ``--model-control-mode`` defines it: ``none`` (load everything once),
+``explicit`` (load and unload on request, ``--load-model`` at start-up) and ``poll`` (follow the repository).
+
+Loads run on a worker thread (a model's ``initialize()`` and worker-process start-up may take seconds), so
+the event loop keeps serving the other models meanwhile. The new versions replace the old ones only once
+they loaded; the old ones then drain their in-flight requests before ``finalize()``. A reload that fails
+keeps the previous versions serving, as Triton does.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import binascii
+import logging
+import shutil
+import tempfile
+from pathlib import Path, PurePosixPath
+from typing import Any
+
+from google.protobuf import json_format
+
+from naiad.config import ModelConfig
+from naiad.config.ensemble import ENSEMBLE_PLATFORM, dependencies
+from naiad.config.loader import load_config
+from naiad.core.errors import InferError, internal, invalid, unavailable
+from naiad.repository.layout import version_dirs
+from naiad.repository.manager import ModelEntry, ModelRepository
+from naiad.repository.model import ModelVersion
+
+log = logging.getLogger("naiad.repository")
+
+MODES = ("none", "explicit", "poll")
+
+
+def _poll_failed(name: str) -> InferError:
+    return internal(f"failed to load '{name}', failed to poll from model repository")
+
+
+def _load_failed(entry: ModelEntry) -> InferError:
+    reasons = "".join(f"version {v} is at UNAVAILABLE state: {r};\n" for v, r in sorted(entry.failed.items()))
+    return invalid(f"load failed for model '{entry.name}': {reasons}")
+
+
+def decode_files(parameters: dict[str, Any], base64_encoded: bool) -> dict[str, bytes]:
+    """A load request's ``file:<version>/<name>`` parameters (HTTP sends them base64-encoded)."""
+    files: dict[str, bytes] = {}
+    for key, value in parameters.items():
+        if not key.startswith("file:"):
+            continue
+        if base64_encoded:
+            if not isinstance(value, str):
+                raise internal("attempt to access JSON non-string as string")
+            try:
+                value = base64.b64decode(value, validate=True)
+            except (binascii.Error, ValueError):
+                raise invalid(f"failed to decode the base64 content of '{key}'") from None
+        files[key[len("file:"):]] = bytes(value)
+    return files
+
+
+def _write_files(name: str, files: dict[str, bytes]) -> Path:
+    """The files of a load request, as a model folder of their own (Triton loads such a model from a
+    temporary folder too)."""
+    root = Path(tempfile.mkdtemp(prefix=f"naiad-{name}-"))
+    for relative, content in files.items():
+        path = PurePosixPath(relative)
+        if path.is_absolute() or ".." in path.parts or not path.parts:
+            shutil.rmtree(root, ignore_errors=True)
+            raise invalid(f"invalid file path '{relative}' for model '{name}'")
+        target = root.joinpath(*path.parts)
+        target.parent.mkdir(parents=True, exist_ok=True)
+        target.write_bytes(content)
+    return root
+
+
+def _fingerprint(paths: list[Path]) -> tuple:
+    """What tells a changed model from an unchanged one: every file's path, size and modification time,
+    and the configs' text (Triton doesn't reload a model whose config file was only touched)."""
+    items: list[tuple] = []
+    for root in paths:
+        for path in sorted(root.rglob("*")):
+            if "__pycache__" in path.parts:
+                continue
+            try:
+                if path.suffix == ".pbtxt":
+                    items.append((str(path), path.read_bytes()))
+                else:
+                    st = path.stat()
+                    items.append((str(path), st.st_size, st.st_mtime_ns))
+            except OSError:
+                continue
+    return tuple(items)
+
+
+class ModelControl:
+    def __init__(self, repository: ModelRepository, mode: str = "none", startup_models: list[str] | None = None,
+                 poll_secs: float = 15.0) -> None:
+        if mode not in MODES:
+            raise ValueError(f"unknown model control mode '{mode}'")
+        if startup_models and mode != "explicit":
+            raise ValueError("--load-model requires --model-control-mode=explicit")
+        self.repository = repository
+        self.mode = mode
+        self.startup_models = startup_models or []
+        self.poll_secs = poll_secs
+        self._locks: dict[str, asyncio.Lock] = {}
+        self._retiring: set[asyncio.Task] = set()
+        self._seen: dict[str, tuple] = {}  # poll mode: model -> fingerprint at the last scan
+        self._poller: asyncio.Task | None = None
+
+    # --- start-up and shutdown -------------------------------------------------------------------------------
+
+    def load_startup(self) -> None:
+        if self.mode == "explicit":
+            self.repository.load_all(None if "*" in self.startup_models else set(self.startup_models))
+        else:
+            self.repository.load_all()
+        if self.mode == "none":
+            return
+        prints = {n: _fingerprint(p) for n, p in self.repository.scan().items()}
+        for name, fingerprint in prints.items():
+            if name in self.repository.models:
+                self.repository.models[name].fingerprint = fingerprint
+        if self.mode == "poll":
+            self._seen = prints
+
+    def start_polling(self) -> None:
+        if self.mode == "poll" and self.poll_secs > 0:
+            self._poller = asyncio.ensure_future(self._poll_forever())
+
+    async def close(self) -> None:
+        """Stop polling and let versions already being retired finish their ``finalize()``."""
+        if self._poller is not None:
+            self._poller.cancel()
+        if self._retiring:
+            await asyncio.gather(*self._retiring, return_exceptions=True)
+
+    # --- what the protocols ask ------------------------------------------------------------------------------
+
+    def listed(self) -> set[str] | None:
+        """Models on disk the index names even when not loaded (Triton lists them outside 'none' mode)."""
+        return set(self.repository.scan()) if self.mode != "none" else None
+
+    def _allowed(self) -> None:
+        if self.mode != "explicit":
+            raise unavailable("explicit model load / unload is not allowed if polling is enabled")
+
+    async def load(self, name: str, config: str | None = None, files: dict[str, bytes] | None = None) -> None:
+        """A client's load request: load the model, or reload it with its new versions / config."""
+        self._allowed()
+        await self.load_model(name, config, files)
+
+    async def unload(self, name: str, unload_dependents: bool = False) -> None:
+        self._allowed()
+        await self.unload_model(name, unload_dependents)
+
+    # --- loading ---------------------------------------------------------------------------------------------
+
+    def _lock(self, name: str) -> asyncio.Lock:
+        lock = self._locks.get(name)
+        if lock is None:
+            lock = self._locks[name] = asyncio.Lock()
+        return lock
+
+    async def load_model(self, name: str, config: str | None = None, files: dict[str, bytes] | None = None,
+                         _visiting: frozenset[str] = frozenset()) -> None:
+        override: ModelConfig | None = None
+        if config is not None:
+            try:
+                override = json_format.Parse(config, ModelConfig())
+            except (json_format.ParseError, ValueError) as exc:
+                log.error("failed to load '%s': the config parameter is not a model config: %s", name, exc)
+                raise _poll_failed(name) from None
+        elif files:
+            raise _poll_failed(name)  # Triton takes files only along with the config they belong to
+        paths = self.repository.scan().get(name, [])
+        if not files and len(paths) != 1:
+            raise _poll_failed(name)
+        current = self.repository.models.get(name)
+        fingerprint = _fingerprint(paths) if override is None else None
+        if (fingerprint is not None and current is not None and current.versions
+                and current.fingerprint == fingerprint):
+            return  # loaded from these very files already: Triton keeps the versions that serve
+        await self._load_composing(name, override, paths, _visiting | {name})
+        async with self._lock(name):
+            scratch = _write_files(name, files) if files else None
+            path = scratch if scratch is not None else paths[0]
+            loop = asyncio.get_running_loop()
+            self.repository.loading[name] = set(version_dirs(path)) if path.is_dir() else set()
+            try:
+                entry = await loop.run_in_executor(None, self.repository.load_entry, name, path, override)
+                await self.repository.warm_up_entry(entry)
+            except BaseException:
+                if scratch is not None:
+                    shutil.rmtree(scratch, ignore_errors=True)
+                raise
+            finally:
+                del self.repository.loading[name]
+            entry.scratch = scratch
+            entry.fingerprint = fingerprint
+            self._install(name, entry)
+
+    async def _load_composing(self, name: str, override: ModelConfig | None, paths: list[Path],
+                              visiting: frozenset[str]) -> None:
+        """Loading an ensemble loads the models it is composed of that aren't loaded yet (Triton does)."""
+        config = override
+        if config is None and len(paths) == 1:
+            try:
+                config, _ = load_config(paths[0], self.repository.options.config_name)
+            except InferError:
+                return
+        if config is None or not (config.platform == ENSEMBLE_PLATFORM or config.HasField("ensemble_scheduling")):
+            return
+        for step, _ in dependencies(config):
+            entry = self.repository.models.get(step)
+            if step in visiting or (entry is not None and entry.versions):
+                continue
+            try:
+                await self.load_model(step, _visiting=visiting)
+            except InferError as exc:
+                # The ensemble's own load says which composing model is missing, in Triton's words.
+                log.error("failed to load '%s' for ensemble '%s': %s", step, name, exc.message)
+
+    def _install(self, name: str, entry: ModelEntry) -> None:
+        if not entry.polled:
+            if entry.scratch is not None:
+                shutil.rmtree(entry.scratch, ignore_errors=True)
+            raise _poll_failed(name)
+        old = self.repository.models.get(name)
+        if entry.failed and old is not None and old.versions:
+            # A failed reload leaves the versions that were serving in place.
+            self._retire(None, list(entry.versions.values()), entry.scratch)
+            raise _load_failed(entry)
+        self.repository.models[name] = entry
+        if old is not None:
+            entry.unloaded = (old.unloaded | set(old.versions)) - set(entry.versions) - set(entry.failed)
+            self._retire(old, list(old.versions.values()), old.scratch)
+        if entry.failed:
+            raise _load_failed(entry)
+        log.info("loaded model '%s' (versions %s)", name, ", ".join(map(str, sorted(entry.versions))))
+
+    # --- unloading -------------------------------------------------------------------------------------------
+
+    async def unload_model(self, name: str, unload_dependents: bool = False,
+                           _visiting: frozenset[str] = frozenset()) -> None:
+        """Stop routing requests to the model now; its versions finish what they hold, then ``finalize()``.
+        Unloading a model that isn't loaded succeeds, as in Triton. Ensembles that use the model go with it
+        (Triton unloads them too); ``unload_dependents`` also unloads an ensemble's composing models."""
+        visiting = _visiting | {name}
+        async with self._lock(name):
+            entry = self.repository.models.get(name)
+            if entry is None or not (entry.versions or entry.failed):
+                return
+            versions = list(entry.versions.values())
+            entry.unloaded |= set(entry.versions) | set(entry.failed)
+            entry.versions.clear()
+            entry.failed.clear()
+            entry.unloading |= {m.version for m in versions}
+            self._retire(entry, versions, entry.scratch)
+            entry.scratch = None
+            config = entry.config
+        for other in sorted(self.repository.models):
+            users = self.repository.models[other]
+            if (other not in visiting and users.versions and users.config is not None
+                    and name in {step for step, _ in dependencies(users.config)}):
+                await self.unload_model(other, False, visiting)
+        if unload_dependents and config is not None and config.platform == ENSEMBLE_PLATFORM:
+            for step, _ in dependencies(config):
+                if step not in visiting:
+                    await self.unload_model(step, True, visiting)
+
+    def _retire(self, entry: ModelEntry | None, versions: list[ModelVersion], scratch: Path | None) -> None:
+        task = asyncio.ensure_future(self._finish(entry, versions, scratch))
+        self._retiring.add(task)
+        task.add_done_callback(self._retiring.discard)
+
+    async def _finish(self, entry: ModelEntry | None, versions: list[ModelVersion], scratch: Path | None) -> None:
+        loop = asyncio.get_running_loop()
+        for model in versions:
+            await model.drain()
+            try:
+                await loop.run_in_executor(None, model.unload)
+            except Exception:
+                log.exception("finalize() of '%s' version %d failed", model.name, model.version)
+            if entry is not None:
+                entry.unloading.discard(model.version)
+            log.info("successfully unloaded '%s' version %d", model.name, model.version)
+        if scratch is not None:
+            shutil.rmtree(scratch, ignore_errors=True)
+
+    # --- poll mode -------------------------------------------------------------------------------------------
+
+    async def _poll_forever(self) -> None:
+        while True:
+            await asyncio.sleep(self.poll_secs)
+            try:
+                await self.poll()
+            except Exception:
+                log.exception("polling the model repository failed")
+
+    async def poll(self) -> None:
+        """Load new models, reload changed ones and unload the ones whose folder disappeared."""
+        loop = asyncio.get_running_loop()
+        found = await loop.run_in_executor(
+            None, lambda: {n: _fingerprint(p) for n, p in self.repository.scan().items()})
+        for name in sorted(set(self._seen) - set(found)):
+            await self.unload_model(name)
+        for name in sorted(found):
+            if self._seen.get(name) == found[name]:
+                continue
+            try:
+                await self.load_model(name)
+            except InferError as exc:
+                log.error("poll: failed to load '%s': %s", name, exc.message)
+        self._seen = found
