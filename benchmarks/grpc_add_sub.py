@@ -43,7 +43,7 @@ from tritonclient.grpc import service_pb2 as pb
 BENCH_DIR = Path(__file__).resolve().parent
 MODEL = "add_sub"
 PATH = "/inference.GRPCInferenceService/ModelInfer"
-PEERS = ("triton", "echo")
+PEERS = ("triton", "echo", "lean-echo")
 A = np.array([1, 2, 3, 4], dtype=np.float32)
 B = np.ones(4, dtype=np.float32)
 
@@ -111,11 +111,12 @@ def _ms(text: str) -> float:
 def servers(args: argparse.Namespace, workdir: Path) -> list[tuple[Server, int]]:
     """(how to start it, its gRPC port) for each server under test, naiad first."""
     out = []
-    if not args.no_naiad:
+    variants = [] if args.no_naiad else [("naiad", "")] + [tuple(v.split("=", 1)) for v in args.naiad_variant]
+    for name, extra in variants:
         http, grpc = free_port(), free_port()
         argv = [*shlex.split(args.naiad_cmd), "--model-repository", str(args.repo), "--http-port", str(http),
-                "--grpc-port", str(grpc), "--metrics-port", str(free_port())]
-        out.append((Server("naiad", argv, http, PROJECT_DIR), grpc))
+                "--grpc-port", str(grpc), "--metrics-port", str(free_port()), *shlex.split(extra)]
+        out.append((Server(name, argv, http, PROJECT_DIR), grpc))
     if "triton" in args.peers:
         http, grpc = free_port(), free_port()
         argv = [str(PEERS_DIR / "triton.sh"), "run", str(args.repo), str(http), str(grpc), str(free_port())]
@@ -123,6 +124,10 @@ def servers(args: argparse.Namespace, workdir: Path) -> list[tuple[Server, int]]
     if "echo" in args.peers:
         grpc = free_port()
         out.append((Server("echo", [sys.executable, str(BENCH_DIR / "grpc_echo_server.py"), str(grpc)], 0,
+                           PROJECT_DIR), grpc))
+    if "lean-echo" in args.peers:
+        grpc = free_port()
+        out.append((Server("lean-echo", [sys.executable, str(BENCH_DIR / "grpc_lean_echo.py"), str(grpc)], 0,
                            PROJECT_DIR), grpc))
     return out
 
@@ -165,6 +170,8 @@ def main() -> int:
     p.add_argument("--peers", type=lambda s: [x for x in s.split(",") if x and x != "none"], default=list(PEERS))
     p.add_argument("--naiad-cmd", default=f"{sys.executable} -m naiad serve")
     p.add_argument("--no-naiad", action="store_true")
+    p.add_argument("--naiad-variant", action="append", default=[], metavar="NAME=ARGS",
+                   help="also run naiad with these extra flags under NAME, e.g. lean='--grpc-engine=lean'")
     p.add_argument("--server-cpu", type=int, default=1)
     p.add_argument("--load-cpu", type=int, default=0)
     p.add_argument("--ready-timeout", type=float, default=120.0)
@@ -191,11 +198,11 @@ def main() -> int:
         r.vs_echo = round(r.rps / base["echo"], 3) if base.get("echo") else None
     print(f"\nadd_sub over gRPC (h2load -m{args.streams}), {args.duration}s per level, server on cpu "
           f"{args.server_cpu}, h2load on cpu {args.load_cpu}\n")
-    print(f"{'server':<8} {'conns':>5} {'req/s':>10} {'mean ms':>8} {'errors':>6} {'vs triton':>9} {'vs echo':>8}")
-    order = ["naiad", *PEERS]
+    print(f"{'server':<14} {'conns':>5} {'req/s':>10} {'mean ms':>8} {'errors':>6} {'vs triton':>9} {'vs echo':>8}")
+    order = [r.server for r in results]
     for r in sorted(results, key=lambda r: (r.connections, order.index(r.server))):
         ratio = lambda v: f"{v:.2f}x" if v is not None else "-"
-        print(f"{r.server:<8} {r.connections:>5} {r.rps:>10.1f} {r.mean_ms:>8.2f} {r.errors:>6} "
+        print(f"{r.server:<14} {r.connections:>5} {r.rps:>10.1f} {r.mean_ms:>8.2f} {r.errors:>6} "
               f"{ratio(r.vs_triton):>9} {ratio(r.vs_echo):>8}")
     for name, why in failures.items():
         print(f"{name}: FAILED ({why})")

@@ -43,25 +43,29 @@ class Inference:
     def __init__(self, service: Service) -> None:
         self.service = service
 
-    async def ModelInfer(self, message: pb.ModelInferRequest, context: Any) -> pb.ModelInferResponse | None:
+    def begin(self, message: pb.ModelInferRequest) -> tuple[asyncio.Future, ModelVersion, OutputOptions]:
+        """Decode and queue a ModelInfer request (raises ``InferError``): the half every server engine shares."""
         service = self.service
-        try:
-            version = message.model_version
-            model = service.model(message.model_name, parse_version(version) if version else "")
-            if is_decoupled(model):
-                raise InferError(_DECOUPLED_INFER, Code.UNSUPPORTED)
-            request, options = decode_request(message, model)
-            future = service.infer(request, model)
-        except InferError as exc:
-            fail(context, exc)
-            return None
-        # A model that answers inline has already resolved the future: skip the suspension.
-        response = future.result() if future.done() else await future
+        version = message.model_version
+        model = service.model(message.model_name, parse_version(version) if version else "")
+        if is_decoupled(model):
+            raise InferError(_DECOUPLED_INFER, Code.UNSUPPORTED)
+        request, options = decode_request(message, model)
+        return service.infer(request, model), model, options
+
+    @staticmethod
+    def finish(response: Any, model: ModelVersion, options: OutputOptions) -> pb.ModelInferResponse:
+        """The model's answer as the RPC's message (raises ``InferError``)."""
         if response.error is not None:
-            fail(context, response.error)
-            return None
+            raise response.error
+        return encode_response(response, options, model.labels if options.classification else None)
+
+    async def ModelInfer(self, message: pb.ModelInferRequest, context: Any) -> pb.ModelInferResponse | None:
         try:
-            return encode_response(response, options, model.labels if options.classification else None)
+            future, model, options = self.begin(message)
+            # A model that answers inline has already resolved the future: skip the suspension.
+            response = future.result() if future.done() else await future
+            return self.finish(response, model, options)
         except InferError as exc:
             fail(context, exc)
             return None

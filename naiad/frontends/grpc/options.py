@@ -27,6 +27,8 @@ class GrpcOptions:
     max_connection_age_ms: int = 0
     max_connection_age_grace_ms: int = 0
     infer_allocation_pool_size: int = 8
+    # "grpcio" (grpc.aio) or "lean" (our own HTTP/2 on asyncio: no poller thread or tasks per unary call).
+    engine: str = "grpcio"
 
     def channel_options(self) -> list[tuple[str, int]]:
         options = [
@@ -69,6 +71,9 @@ def add_arguments(parser: argparse.ArgumentParser, flag: Callable[..., None]) ->
     flag(parser, "--grpc-keepalive-permit-without-calls", False, "allow keepalive pings with no call in flight")
     parser.add_argument("--grpc-infer-allocation-pool-size", type=int, default=defaults.infer_allocation_pool_size,
                         help="accepted for Triton compatibility; Python allocates per request, so it has no effect")
+    parser.add_argument("--grpc-engine", choices=("grpcio", "lean"), default=defaults.engine,
+                        help="naiad only: grpcio's asyncio server, or naiad's lean HTTP/2 server (faster unary calls; "
+                             "no compression of responses, no deadlines, no TLS)")
 
 
 def from_args(args: argparse.Namespace) -> GrpcOptions:
@@ -86,4 +91,5 @@ def from_args(args: argparse.Namespace) -> GrpcOptions:
         max_connection_age_ms=args.grpc_max_connection_age,
         max_connection_age_grace_ms=args.grpc_max_connection_age_grace,
         infer_allocation_pool_size=args.grpc_infer_allocation_pool_size,
+        engine=args.grpc_engine,
     )

@@ -27,6 +27,7 @@ from naiad.service import Service
 log = logging.getLogger("naiad.grpc")
 
 SERVICE_NAME = "inference.GRPCInferenceService"
+HEALTH_NAME = "grpc.health.v1.Health"
 _METHODS = pb.DESCRIPTOR.services_by_name["GRPCInferenceService"].methods_by_name
 
 
@@ -53,8 +54,8 @@ def _unary(name: str, behaviour: Callable[[Any, Any], Any]) -> grpc.RpcMethodHan
     )
 
 
-def handlers(service: Service) -> list[grpc.GenericRpcHandler]:
-    inference = Inference(service)
+def method_table(service: Service, inference: Inference) -> dict[str, grpc.RpcMethodHandler]:
+    """Every RPC's handler by its HTTP/2 path (``/package.Service/Method``), for either server engine."""
     table = {name: _unary(name, _guarded(fn)) for name, fn in unary_methods(Control(service)).items()}
     table["ModelInfer"] = _unary("ModelInfer", inference.ModelInfer)
     table["ModelStreamInfer"] = grpc.stream_stream_rpc_method_handler(
@@ -70,19 +71,39 @@ def handlers(service: Service) -> list[grpc.GenericRpcHandler]:
         status = health_pb2.HealthCheckResponse.SERVING if service.live else health_pb2.HealthCheckResponse.NOT_SERVING
         return health_pb2.HealthCheckResponse(status=status)
 
-    health = {"Check": grpc.unary_unary_rpc_method_handler(
+    paths = {f"/{SERVICE_NAME}/{name}": handler for name, handler in table.items()}
+    paths[f"/{HEALTH_NAME}/Check"] = grpc.unary_unary_rpc_method_handler(
         health_check,
         request_deserializer=health_pb2.HealthCheckRequest.FromString,
         response_serializer=health_pb2.HealthCheckResponse.SerializeToString,
-    )}
-    return [grpc.method_handlers_generic_handler(SERVICE_NAME, table),
-            grpc.method_handlers_generic_handler("grpc.health.v1.Health", health)]
+    )
+    return paths
 
 
-async def start(service: Service, options: GrpcOptions) -> aio.Server:
-    server = aio.server(options=options.channel_options())
-    server.add_generic_rpc_handlers(handlers(service))
+def handlers(paths: dict[str, grpc.RpcMethodHandler]) -> list[grpc.GenericRpcHandler]:
+    by_service: dict[str, dict[str, grpc.RpcMethodHandler]] = {}
+    for path, handler in paths.items():
+        service_name, method = path[1:].split("/")
+        by_service.setdefault(service_name, {})[method] = handler
+    return [grpc.method_handlers_generic_handler(name, table) for name, table in by_service.items()]
+
+
+async def start(service: Service, options: GrpcOptions) -> Any:
+    """The gRPC server as ``options.engine`` says; either answers ``await stop(grace=None)``."""
+    inference = Inference(service)
+    paths = method_table(service, inference)
     address = f"{options.address}:{options.port}"
+    if options.engine == "lean":
+        from naiad.frontends.grpc import lean
+
+        try:
+            server: Any = await lean.start(paths, inference, options)
+        except OSError as exc:
+            raise SystemExit(f"error: failed to bind the gRPC server to {address}: {exc}") from exc
+        log.info("Started GRPCInferenceService at %s (lean HTTP/2 engine)", address)
+        return server
+    server = aio.server(options=options.channel_options())
+    server.add_generic_rpc_handlers(handlers(paths))
     try:
         bound = server.add_insecure_port(address)
     except RuntimeError:

@@ -101,8 +101,9 @@ def write_grpc_models(repo: Path) -> None:
     """)
 
 
-@pytest.fixture(scope="package")
-def grpc_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RunningServer]:
+# Every test of this package runs against both server engines: grpc.aio and naiad's lean HTTP/2 server.
+@pytest.fixture(scope="package", params=("grpcio", "lean"))
+def grpc_server(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Iterator[RunningServer]:
     repo = tmp_path_factory.mktemp("grpc_models")
     write_grpc_models(repo)
     # Non-default keepalive settings: the server must take Triton's flags and still serve.
@@ -110,6 +111,7 @@ def grpc_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RunningSer
                            "--grpc-keepalive-permit-without-calls", "true", "--grpc-http2-max-pings-without-data", "0",
                            "--grpc-http2-min-recv-ping-interval-without-data", "1000",
                            "--grpc-http2-max-ping-strikes", "0", "--grpc-max-connection-age", "600000",
-                           "--grpc-max-connection-age-grace", "5000", "--grpc-infer-allocation-pool-size", "16")
+                           "--grpc-max-connection-age-grace", "5000", "--grpc-infer-allocation-pool-size", "16",
+                           "--grpc-engine", request.param)
     yield server
     server.stop()

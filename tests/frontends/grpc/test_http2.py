@@ -1,0 +1,127 @@
+"""HTTP/2 as a raw client speaks it, against both engines: what tritonclient's C-core rarely sends but any peer
+may (PING, padding, CONTINUATION, RST_STREAM mid-call), and GOAWAY when the server stops."""
+
+from __future__ import annotations
+
+import socket
+import struct
+
+import pytest
+from hpack import Decoder, Encoder
+
+from tests.server import EXAMPLES, RunningServer
+
+PREFACE = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n"
+DATA, HEADERS, RST_STREAM, SETTINGS, PING, GOAWAY, CONTINUATION = 0, 1, 3, 4, 6, 7, 9
+END_STREAM, END_HEADERS, PADDED = 0x1, 0x4, 0x8
+
+
+def frame(kind: int, flags: int, stream: int, payload: bytes) -> bytes:
+    return struct.pack(">I", len(payload))[1:] + bytes((kind, flags)) + struct.pack(">I", stream) + payload
+
+
+class RawClient:
+    def __init__(self, url: str) -> None:
+        host, port = url.rsplit(":", 1)
+        self.sock = socket.create_connection((host, int(port)), timeout=10)
+        self.buf = b""
+        self.encoder, self.decoder = Encoder(), Decoder()
+        self.sock.sendall(PREFACE + frame(SETTINGS, 0, 0, b""))
+
+    def read(self) -> tuple[int, int, int, bytes]:
+        while True:
+            if len(self.buf) >= 9:
+                length = int.from_bytes(self.buf[:3], "big")
+                if len(self.buf) >= 9 + length:
+                    head, payload = self.buf[:9], self.buf[9:9 + length]
+                    self.buf = self.buf[9 + length:]
+                    return head[3], head[4], int.from_bytes(head[5:9], "big") & 0x7FFFFFFF, payload
+            chunk = self.sock.recv(65536)
+            if not chunk:
+                raise ConnectionError("closed")
+            self.buf += chunk
+
+    def until(self, kind: int, stream: int | None = None) -> tuple[int, bytes]:
+        """The flags and payload of the next frame of this kind (on this stream), acking the server's SETTINGS."""
+        while True:
+            got, flags, sid, payload = self.read()
+            if got == SETTINGS and not flags & 1:
+                self.sock.sendall(frame(SETTINGS, 1, 0, b""))
+            if got == kind and (stream is None or sid == stream):
+                return flags, payload
+
+    def request_headers(self, path: str) -> bytes:
+        return self.encoder.encode([(":method", "POST"), (":scheme", "http"), (":path", path),
+                                    (":authority", "localhost"), ("content-type", "application/grpc"),
+                                    ("te", "trailers")])
+
+    def trailers(self, stream: int) -> dict[str, str]:
+        """The call's closing header block, decoded (the response headers block comes first unless trailers-only)."""
+        while True:
+            flags, payload = self.until(HEADERS, stream)
+            fields = dict(self.decoder.decode(payload))
+            if flags & END_STREAM:
+                return fields
+
+    def close(self) -> None:
+        self.sock.close()
+
+
+@pytest.fixture
+def raw(grpc_server: RunningServer):
+    client = RawClient(grpc_server.grpc_url)
+    yield client
+    client.close()
+
+
+def test_ping_is_acknowledged_with_its_payload(raw: RawClient) -> None:
+    raw.sock.sendall(frame(PING, 0, 0, b"naiad-42"))
+    flags, payload = raw.until(PING)
+    assert flags & 1 and payload == b"naiad-42"
+
+
+def _lean(server: RunningServer) -> bool:
+    return "lean" in server.proc.args
+
+
+@pytest.mark.parametrize("padded", [False, True])
+def test_headers_split_over_continuation(raw: RawClient, grpc_server: RunningServer, padded: bool) -> None:
+    if padded and not _lean(grpc_server):
+        pytest.skip("grpcio 1.85's C-core answers a padded HEADERS frame with INTERNAL 'Failed huffman decoding'")
+    block = raw.request_headers("/inference.GRPCInferenceService/NoSuchMethod")
+    first = b"\x07" + block[:2] + b"\0" * 7 if padded else block[:2]  # :method, :scheme (static indexes)
+    raw.sock.sendall(frame(HEADERS, PADDED if padded else 0, 1, first) +
+                     frame(CONTINUATION, END_HEADERS, 1, block[2:]) + frame(DATA, END_STREAM, 1, b"\0\0\0\0\0"))
+    trailers = raw.trailers(1)
+    assert (trailers["grpc-status"], trailers["grpc-message"]) == ("12", "Method not found!")  # UNIMPLEMENTED
+
+
+@pytest.mark.parametrize("padded", [False, True])
+def test_reset_call_leaves_the_connection_serving(raw: RawClient, grpc_server: RunningServer, padded: bool) -> None:
+    if padded and not _lean(grpc_server):
+        pytest.skip("grpcio 1.85's C-core does not answer a call whose DATA frame is padded")
+    path = "/inference.GRPCInferenceService/ServerLive"
+    raw.sock.sendall(frame(HEADERS, END_HEADERS, 1, raw.request_headers(path)) +
+                     frame(RST_STREAM, 0, 1, struct.pack(">I", 0x8)))  # CANCEL before any message
+    # ServerLiveRequest is empty: a zero-length message.
+    message = b"\x03" + b"\0" * 5 + b"\0\0\0" if padded else b"\0" * 5
+    raw.sock.sendall(frame(HEADERS, END_HEADERS, 3, raw.request_headers(path)) +
+                     frame(DATA, END_STREAM | (PADDED if padded else 0), 3, message))
+    _, payload = raw.until(DATA, 3)
+    assert payload == b"\0\0\0\0\x02\x08\x01"  # ServerLiveResponse(live=True)
+    assert raw.trailers(3)["grpc-status"] == "0"
+
+
+@pytest.mark.parametrize("engine", ["grpcio", "lean"])
+def test_stopping_server_sends_goaway(engine: str) -> None:
+    server = RunningServer([EXAMPLES], "--grpc-engine", engine)
+    try:
+        client = RawClient(server.grpc_url)
+        client.sock.sendall(frame(PING, 0, 0, b"12345678"))
+        client.until(PING)  # the connection is up
+        server.stop()
+        _, payload = client.until(GOAWAY)
+        assert int.from_bytes(payload[4:8], "big") == 0  # NO_ERROR
+        client.close()
+    finally:
+        server.stop()
