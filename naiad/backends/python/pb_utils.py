@@ -180,12 +180,14 @@ class InferenceRequest:
     ) -> None:
         if not isinstance(correlation_id, (int, str)):
             raise TritonModelException("Correlation ID must be integer or string")
-        self._model_name = model_name
+        # Triton's binding takes bytes for its string arguments too (python_backend's bls example passes a
+        # name read out of a BYTES tensor).
+        self._model_name = model_name.decode() if isinstance(model_name, bytes) else model_name
         self._model_version = model_version
         self._inputs = list(inputs or [])
         self._by_name = None
         self._requested_output_names = list(requested_output_names or [])
-        self._request_id = request_id
+        self._request_id = request_id.decode() if isinstance(request_id, bytes) else request_id
         self._correlation_id = correlation_id
         self._flags = flags
         self._timeout = timeout

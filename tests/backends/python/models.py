@@ -114,7 +114,8 @@ class TritonPythonModel:
         for r in requests:
             target = r.parameters()
             import json
-            model = json.loads(target).get("target", "add_sub")
+            # As bytes: python_backend's bls example reads the name out of a BYTES tensor.
+            model = json.loads(target).get("target", "add_sub").encode()
             resp = pb_utils.InferenceRequest(model_name=model, inputs=r.inputs(),
                                              requested_output_names=["OUTPUT0", "OUTPUT1"]).exec()
             if resp.has_error():
