@@ -8,6 +8,7 @@ directly (work done inline) or as an awaitable (work done elsewhere: a thread, a
 from __future__ import annotations
 
 import abc
+import asyncio
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Awaitable, Callable, Protocol, Union
@@ -62,6 +63,9 @@ class VersionContext:
     version_dir: Path
     options: dict[str, str] = field(default_factory=dict)  # --backend-config values for this backend
     core: Core | None = None  # set once the server is wired; None in unit tests that load a backend alone
+    # The server's event loop, for backends that watch file descriptors: a load may run on a worker thread
+    # (model control), where there is no running loop to attach to.
+    loop: asyncio.AbstractEventLoop | None = None
 
 
 class Instance(abc.ABC):

@@ -5,6 +5,7 @@ A model that fails to load is recorded with its reason and never stops the other
 
 from __future__ import annotations
 
+import asyncio
 import json
 import logging
 import time
@@ -77,6 +78,7 @@ class ModelRepository:
         self.options = options
         self.models: dict[str, ModelEntry] = {}
         self.core: Core | None = None  # the service, which sets itself here: models that call models reach it
+        self.loop: asyncio.AbstractEventLoop | None = None  # the server's loop, once loading starts on it
         self.loading: dict[str, set[int]] = {}  # model control: versions being loaded right now
 
     def scan(self) -> dict[str, list[Path]]:
@@ -89,6 +91,10 @@ class ModelRepository:
 
     def load_all(self, only: set[str] | None = None) -> None:
         """Load every model (or those named in ``only``: explicit mode's ``--load-model``)."""
+        try:
+            self.loop = asyncio.get_running_loop()
+        except RuntimeError:  # loaded outside a server (tools, unit tests)
+            pass
         ensembles: dict[str, Path] = {}
         for repo in self.options.paths:
             if not repo.is_dir():
@@ -193,7 +199,7 @@ class ModelRepository:
         options = self.options.backend_config.get(config.backend, {})
         for version in selected:
             started = time.perf_counter()
-            ctx = VersionContext(name, version, config, config_json, path, versions[version], options, self.core)
+            ctx = VersionContext(name, version, config, config_json, path, versions[version], options, self.core, self.loop)
             try:
                 loaded = backend.load(ctx)
             except InferError as exc:

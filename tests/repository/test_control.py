@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import signal
 import textwrap
 import threading
 import time
@@ -367,3 +368,23 @@ def test_load_model_star_loads_everything_and_needs_explicit_mode(tmp_path: Path
         server.stop()
     with pytest.raises(RuntimeError, match="--load-model requires --model-control-mode=explicit"):
         RunningServer([tmp_path], "--load-model=one")
+
+
+def test_a_worker_loaded_on_request_is_watched_before_its_first_request(repo: Path) -> None:
+    import psutil
+
+    server = RunningServer([repo], "--model-control-mode=explicit")
+    try:
+        parent = psutil.Process(server.proc.pid)
+        with httpclient.InferenceServerClient(server.url) as client:
+            before = {p.pid for p in parent.children()}
+            client.load_model("target")
+            (worker,) = {p.pid for p in parent.children()} - before
+            os.kill(worker, signal.SIGKILL)
+            # No request reaches the model: the server has to notice the death on its own, then restart it.
+            wait_for(lambda: not client.is_model_ready("target"), timeout=10)
+            wait_for(lambda: client.is_model_ready("target"), timeout=30)
+            assert worker not in {p.pid for p in parent.children()}
+            assert infer_http(client, "target", np.ones(4, np.float32)).tolist() == [1, 1, 1, 1]
+    finally:
+        server.stop()

@@ -185,13 +185,17 @@ class WorkerVersion(LoadedVersion):
             self.unload()
             raise
         try:
-            loop: asyncio.AbstractEventLoop | None = asyncio.get_running_loop()
+            running: asyncio.AbstractEventLoop | None = asyncio.get_running_loop()
         except RuntimeError:
-            loop = None
+            running = None
         self.instances = []
         for process in self.processes:
-            if loop is not None:
-                process.attach(loop)
+            if running is not None:
+                process.attach(running)
+            elif ctx.loop is not None and not ctx.loop.is_closed():
+                # Loaded on a worker thread (model control): watch the worker from the server's loop now, so a
+                # crash is seen before the first request, not at it.
+                ctx.loop.call_soon_threadsafe(process.attach, ctx.loop)
         # Slots interleave across processes, so the scheduler's round robin spreads work over all of them.
         for round_ in range(max(concurrency if p.is_async else depth for p in self.processes)):
             for process in self.processes:
