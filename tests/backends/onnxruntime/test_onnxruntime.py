@@ -13,10 +13,10 @@ import onnx
 import pytest
 import tritonclient.http as httpclient
 from onnx import TensorProto, helper, numpy_helper
-from tritonclient.utils import np_to_triton_dtype
 
 from tests import onnx_graphs as g
 from tests.server import RunningServer
+from tests.tensors import infer_inputs
 
 # Every Triton datatype onnxruntime has, with the NumPy type the client sends.
 DTYPES = {
@@ -155,16 +155,6 @@ def server(repo: Path) -> Iterator[RunningServer]:
     running.stop()
 
 
-
-def _inputs(**arrays: np.ndarray) -> list[httpclient.InferInput]:
-    out = []
-    for name, data in arrays.items():
-        tensor = httpclient.InferInput(name, list(data.shape), np_to_triton_dtype(data.dtype))
-        tensor.set_data_from_numpy(data, binary_data=True)
-        out.append(tensor)
-    return out
-
-
 def test_auto_complete_from_graph(client: httpclient.InferenceServerClient) -> None:
     config = client.get_model_config("auto")
     assert config["platform"] == "onnxruntime_onnx" and config["backend"] == "onnxruntime"
@@ -193,11 +183,11 @@ def test_auto_complete_every_datatype(client: httpclient.InferenceServerClient) 
 def test_infer_auto_completed(client: httpclient.InferenceServerClient) -> None:
     a = np.arange(32, dtype=np.int32).reshape(2, 16)
     b = np.ones((2, 16), dtype=np.int32)
-    result = client.infer("auto", _inputs(INPUT0=a, INPUT1=b))
+    result = client.infer("auto", infer_inputs(httpclient, INPUT0=a, INPUT1=b))
     np.testing.assert_array_equal(result.as_numpy("OUTPUT0"), a + b)
     np.testing.assert_array_equal(result.as_numpy("OUTPUT1"), a - b)
     a = np.arange(4, dtype=np.float32)
-    result = client.infer("auto_nobatch", _inputs(INPUT0=a, INPUT1=a))
+    result = client.infer("auto_nobatch", infer_inputs(httpclient, INPUT0=a, INPUT1=a))
     np.testing.assert_array_equal(result.as_numpy("OUTPUT0"), a * 2)
 
 
@@ -213,7 +203,7 @@ def test_every_datatype(client: httpclient.InferenceServerClient) -> None:
         else:
             data = (rng.random((2, 3)) * 100).astype(np_type)
         arrays[f"IN_{short}"] = data
-    result = client.infer("all_types", _inputs(**arrays))
+    result = client.infer("all_types", infer_inputs(httpclient, **arrays))
     for name, data in arrays.items():
         out = result.as_numpy("OUT_" + name[3:])
         assert out.dtype == data.dtype, name
@@ -224,12 +214,12 @@ def test_external_data_folder(client: httpclient.InferenceServerClient) -> None:
     config = client.get_model_config("external")
     assert config["input"][0]["dims"] == [8]
     x = np.ones((2, 8), dtype=np.float32)
-    result = client.infer("external", _inputs(INPUT0=x))
+    result = client.infer("external", infer_inputs(httpclient, INPUT0=x))
     np.testing.assert_array_equal(result.as_numpy("OUTPUT0"), x + np.arange(8, dtype=np.float32))
 
 
 def test_scalar_output_takes_configured_dims(client: httpclient.InferenceServerClient) -> None:
-    result = client.infer("scalar", _inputs(INPUT0=np.array([1, 2, 3, 4], dtype=np.float32)))
+    result = client.infer("scalar", infer_inputs(httpclient, INPUT0=np.array([1, 2, 3, 4], dtype=np.float32)))
     np.testing.assert_array_equal(result.as_numpy("TOTAL"), [10.0])
 
 
@@ -239,14 +229,14 @@ def test_session_options_and_gpu_accelerators_on_cpu_instances(client: httpclien
     assert config["instance_group"][0]["count"] == 3
     a = np.full((1, 16), 7, dtype=np.int32)
     for _ in range(4):
-        result = client.infer("tuned", _inputs(INPUT0=a, INPUT1=a))
+        result = client.infer("tuned", infer_inputs(httpclient, INPUT0=a, INPUT1=a))
         np.testing.assert_array_equal(result.as_numpy("OUTPUT0"), a * 2)
 
 
 def test_statistics_count_inferences(client: httpclient.InferenceServerClient) -> None:
     before = client.get_inference_statistics("auto")["model_stats"][0]
     a = np.ones((3, 16), dtype=np.int32)
-    client.infer("auto", _inputs(INPUT0=a, INPUT1=a))
+    client.infer("auto", infer_inputs(httpclient, INPUT0=a, INPUT1=a))
     after = client.get_inference_statistics("auto")["model_stats"][0]
     assert after["inference_count"] - before["inference_count"] == 3
     assert after["execution_count"] - before["execution_count"] == 1
@@ -268,10 +258,11 @@ def test_non_utf8_string_is_refused_and_server_keeps_serving(client: httpclient.
     arrays = {f"IN_{t[5:]}": np.zeros((1, 3), dtype=n) for t, n in DTYPES.items() if n is not np.object_}
     arrays["IN_STRING"] = np.array([[b"\xff\xfe", b"a", b"b"]], dtype=np.object_)
     with pytest.raises(Exception) as raised:
-        client.infer("all_types", _inputs(**arrays))
+        client.infer("all_types", infer_inputs(httpclient, **arrays))
     assert "must hold UTF-8 text" in str(raised.value)
     arrays["IN_STRING"] = np.array([[b"ok", b"a", b"b"]], dtype=np.object_)
-    assert client.infer("all_types", _inputs(**arrays)).as_numpy("OUT_STRING").tolist() == [[b"ok", b"a", b"b"]]
+    result = client.infer("all_types", infer_inputs(httpclient, **arrays))
+    assert result.as_numpy("OUT_STRING").tolist() == [[b"ok", b"a", b"b"]]
 
 
 def test_graph_with_string_cast(tmp_path: Path) -> None:
@@ -292,7 +283,7 @@ def test_concurrent_requests_batch_and_split(server: RunningServer) -> None:
         for i in range(32):
             rows = 1 + i % 3
             a = np.full((rows, 16), i, dtype=np.int32)
-            pending.append((a, client.async_infer("auto", _inputs(INPUT0=a, INPUT1=a))))
+            pending.append((a, client.async_infer("auto", infer_inputs(httpclient, INPUT0=a, INPUT1=a))))
         for a, future in pending:
             result = future.get_result()
             np.testing.assert_array_equal(result.as_numpy("OUTPUT0"), a * 2)

@@ -11,12 +11,13 @@ from pathlib import Path
 import numpy as np
 import pytest
 import tritonclient.http as httpclient
-from tritonclient.utils import InferenceServerException, np_to_triton_dtype
+from tritonclient.utils import InferenceServerException
 
 pytest.importorskip("torch")
 
 from tests import torch_models as tm
 from tests.server import RunningServer
+from tests.tensors import infer_inputs
 
 TYPES = [("b", "TYPE_BOOL", np.bool_), ("u8", "TYPE_UINT8", np.uint8), ("i8", "TYPE_INT8", np.int8),
          ("i16", "TYPE_INT16", np.int16), ("i32", "TYPE_INT32", np.int32), ("i64", "TYPE_INT64", np.int64),
@@ -86,20 +87,10 @@ def server(repo: Path) -> Iterator[RunningServer]:
     running.stop()
 
 
-
-def _inputs(**arrays: np.ndarray) -> list[httpclient.InferInput]:
-    out = []
-    for name, data in arrays.items():
-        tensor = httpclient.InferInput(name, list(data.shape), np_to_triton_dtype(data.dtype))
-        tensor.set_data_from_numpy(data, binary_data=True)
-        out.append(tensor)
-    return out
-
-
 def test_inputs_by_forward_argument_name(client: httpclient.InferenceServerClient) -> None:
     a = np.arange(8, dtype=np.float32).reshape(2, 4)
     b = np.ones((2, 4), dtype=np.float32)
-    result = client.infer("by_argument", _inputs(INPUT0=a, INPUT1=b))
+    result = client.infer("by_argument", infer_inputs(httpclient, INPUT0=a, INPUT1=b))
     np.testing.assert_array_equal(result.as_numpy("OUTPUT__0"), a + b)
     np.testing.assert_array_equal(result.as_numpy("OUTPUT__1"), a - b)
     config = client.get_model_config("by_argument")
@@ -110,25 +101,27 @@ def test_inputs_by_forward_argument_name(client: httpclient.InferenceServerClien
 def test_inputs_by_index_suffix(client: httpclient.InferenceServerClient) -> None:
     x = np.full((1, 4), 10, dtype=np.float32)
     y = np.full((1, 4), 3, dtype=np.float32)
-    np.testing.assert_array_equal(client.infer("by_index", _inputs(x__0=x, y__1=y)).as_numpy("OUT__0"), x - y)
+    result = client.infer("by_index", infer_inputs(httpclient, x__0=x, y__1=y))
+    np.testing.assert_array_equal(result.as_numpy("OUT__0"), x - y)
 
 
 def test_inputs_in_config_order(client: httpclient.InferenceServerClient) -> None:
     first = np.full((1, 4), 10, dtype=np.float32)
     second = np.full((1, 4), 3, dtype=np.float32)
-    result = client.infer("by_order", _inputs(SECOND=second, FIRST=first))
+    result = client.infer("by_order", infer_inputs(httpclient, SECOND=second, FIRST=first))
     np.testing.assert_array_equal(result.as_numpy("DIFF"), first - second)
 
 
 def test_dict_input(client: httpclient.InferenceServerClient) -> None:
     a = np.full(4, 2, dtype=np.float32)
     b = np.arange(4, dtype=np.float32)
-    np.testing.assert_array_equal(client.infer("dict_input", _inputs(A=a, B=b)).as_numpy("OUTPUT__0"), a * 10 + b)
+    result = client.infer("dict_input", infer_inputs(httpclient, A=a, B=b))
+    np.testing.assert_array_equal(result.as_numpy("OUTPUT__0"), a * 10 + b)
 
 
 def test_string_lists(client: httpclient.InferenceServerClient) -> None:
     words = np.array([b"hello", "caf\u00e9".encode(), b""], dtype=np.object_)
-    result = client.infer("strings", _inputs(WORDS=words))
+    result = client.infer("strings", infer_inputs(httpclient, WORDS=words))
     # TorchScript's upper() changes ASCII only; the UTF-8 bytes come back as they went in.
     assert result.as_numpy("UPPER").tolist() == [b"HELLO", "CAF\u00e9".encode(), b""]
 
@@ -136,7 +129,7 @@ def test_string_lists(client: httpclient.InferenceServerClient) -> None:
 def test_datatypes(client: httpclient.InferenceServerClient) -> None:
     arrays = {n: (np.arange(6).reshape(2, 3) % 2).astype(t) if t is np.bool_ else np.arange(6).reshape(2, 3).astype(t)
               for n, _, t in TYPES}
-    result = client.infer("casts", _inputs(**arrays))
+    result = client.infer("casts", infer_inputs(httpclient, **arrays))
     expected = [~arrays["b"]] + [arrays[n] + 1 for n in ("u8", "i8", "i16", "i32", "i64")] + [
         arrays[n] * 2 for n in ("f16", "f32", "f64")]
     for index, want in enumerate(expected):
@@ -147,7 +140,7 @@ def test_datatypes(client: httpclient.InferenceServerClient) -> None:
 
 def test_output_dtype_mismatch_fails_the_request(client: httpclient.InferenceServerClient) -> None:
     with pytest.raises(InferenceServerException) as raised:
-        client.infer("wrong_output_type", _inputs(INPUT__0=np.ones(4, dtype=np.float32)))
+        client.infer("wrong_output_type", infer_inputs(httpclient, INPUT__0=np.ones(4, dtype=np.float32)))
     assert raised.value.message() == (
         "configuration expects datatype TYPE_FP32 for output 'OUTPUT__0', model provides TYPE_FP64")
     assert raised.value.status() == "400"

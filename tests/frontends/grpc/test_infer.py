@@ -12,10 +12,11 @@ import pytest
 import tritonclient.grpc as grpcclient
 import tritonclient.grpc.aio as aioclient
 from tritonclient.grpc import service_pb2, service_pb2_grpc
-from tritonclient.utils import InferenceServerException, np_to_triton_dtype
+from tritonclient.utils import InferenceServerException
 
 from tests.frontends.grpc.conftest import DTYPES
 from tests.server import RunningServer
+from tests.tensors import infer_inputs
 
 
 @pytest.fixture(scope="module")
@@ -30,15 +31,6 @@ def stub(grpc_server: RunningServer):
         yield service_pb2_grpc.GRPCInferenceServiceStub(channel)
 
 
-def _inputs(**arrays: np.ndarray) -> list[grpcclient.InferInput]:
-    inputs = []
-    for name, data in arrays.items():
-        tensor = grpcclient.InferInput(name, list(data.shape), np_to_triton_dtype(data.dtype))
-        tensor.set_data_from_numpy(data)
-        inputs.append(tensor)
-    return inputs
-
-
 def _error(call) -> InferenceServerException:
     with pytest.raises(InferenceServerException) as info:
         call()
@@ -51,7 +43,7 @@ def test_simple_infer(client: grpcclient.InferenceServerClient) -> None:
     a = np.arange(4, dtype=np.float32)
     b = np.full(4, 0.5, dtype=np.float32)
     outputs = [grpcclient.InferRequestedOutput("OUTPUT0"), grpcclient.InferRequestedOutput("OUTPUT1")]
-    result = client.infer("add_sub", _inputs(INPUT0=a, INPUT1=b), outputs=outputs, request_id="42")
+    result = client.infer("add_sub", infer_inputs(grpcclient, INPUT0=a, INPUT1=b), outputs=outputs, request_id="42")
     np.testing.assert_array_equal(result.as_numpy("OUTPUT0"), a + b)
     np.testing.assert_array_equal(result.as_numpy("OUTPUT1"), a - b)
     response = result.get_response()
@@ -63,7 +55,7 @@ def test_simple_infer(client: grpcclient.InferenceServerClient) -> None:
 
 def test_requested_output_subset_and_version(client: grpcclient.InferenceServerClient) -> None:
     a = np.ones(4, dtype=np.float32)
-    result = client.infer("add_sub", _inputs(INPUT0=a, INPUT1=a), model_version="1",
+    result = client.infer("add_sub", infer_inputs(grpcclient, INPUT0=a, INPUT1=a), model_version="1",
                           outputs=[grpcclient.InferRequestedOutput("OUTPUT1")])
     assert [o.name for o in result.get_response().outputs] == ["OUTPUT1"]
     assert result.as_numpy("OUTPUT0") is None
@@ -75,24 +67,16 @@ def test_aio_client_concurrent(grpc_server: RunningServer) -> None:
             assert await c.is_server_live()
             arrays = [np.full(4, i, dtype=np.float32) for i in range(16)]
             results = await asyncio.gather(*(
-                c.infer("add_sub", _aio_inputs(INPUT0=x, INPUT1=x), request_id=str(i)) for i, x in enumerate(arrays)))
+                c.infer("add_sub", infer_inputs(aioclient, INPUT0=x, INPUT1=x), request_id=str(i))
+                for i, x in enumerate(arrays)))
             for i, (x, result) in enumerate(zip(arrays, results)):
                 assert result.get_response().id == str(i)
                 np.testing.assert_array_equal(result.as_numpy("OUTPUT0"), x + x)
             with pytest.raises(InferenceServerException) as info:
-                await c.infer("missing", _aio_inputs(INPUT0=arrays[0]))
+                await c.infer("missing", infer_inputs(aioclient, INPUT0=arrays[0]))
             assert info.value.status() == "StatusCode.NOT_FOUND"
 
     asyncio.run(main())
-
-
-def _aio_inputs(**arrays: np.ndarray) -> list[aioclient.InferInput]:
-    inputs = []
-    for name, data in arrays.items():
-        tensor = aioclient.InferInput(name, list(data.shape), np_to_triton_dtype(data.dtype))
-        tensor.set_data_from_numpy(data)
-        inputs.append(tensor)
-    return inputs
 
 
 # --- every datatype, raw and through typed contents (grpc_explicit_*_content_client) --------------------------------
@@ -109,7 +93,7 @@ def _sample(datatype: str) -> np.ndarray:
 @pytest.mark.parametrize("datatype", DTYPES)
 def test_raw_roundtrip(client: grpcclient.InferenceServerClient, datatype: str) -> None:
     data = _sample(datatype)
-    result = client.infer("dtypes", _inputs(**{f"IN_{datatype}": data}))
+    result = client.infer("dtypes", infer_inputs(grpcclient, **{f"IN_{datatype}": data}))
     output = result.get_response().outputs[0]
     assert (output.name, output.datatype, list(output.shape)) == (f"OUT_{datatype}", datatype, [3])
     np.testing.assert_array_equal(result.as_numpy(f"OUT_{datatype}"), data)
@@ -147,13 +131,13 @@ def test_explicit_small_ints_truncate_like_triton(stub) -> None:
 
 def test_bytes_batch(client: grpcclient.InferenceServerClient) -> None:
     data = np.array([[b"a", b"bc"], [b"\x00\xff", b""]], dtype=np.object_)
-    result = client.infer("identity_bytes", _inputs(INPUT0=data))
+    result = client.infer("identity_bytes", infer_inputs(grpcclient, INPUT0=data))
     np.testing.assert_array_equal(result.as_numpy("OUTPUT0"), data)
 
 
 def test_classification(client: grpcclient.InferenceServerClient) -> None:
     a = np.array([1, 4, 2, 3], dtype=np.float32)
-    result = client.infer("add_sub", _inputs(INPUT0=a, INPUT1=a),
+    result = client.infer("add_sub", infer_inputs(grpcclient, INPUT0=a, INPUT1=a),
                           outputs=[grpcclient.InferRequestedOutput("OUTPUT0", class_count=2)])
     assert result.get_response().outputs[0].datatype == "BYTES"
     assert result.as_numpy("OUTPUT0").tolist() == [b"8.000000:1", b"6.000000:3"]
@@ -162,27 +146,27 @@ def test_classification(client: grpcclient.InferenceServerClient) -> None:
 def test_large_message_both_ways(client: grpcclient.InferenceServerClient) -> None:
     # Past grpc's 4 MB default: the server lifts the limit as Triton does.
     data = np.arange(3_000_000, dtype=np.float32)
-    result = client.infer("dtypes", _inputs(IN_FP32=data))
+    result = client.infer("dtypes", infer_inputs(grpcclient, IN_FP32=data))
     np.testing.assert_array_equal(result.as_numpy("OUT_FP32"), data)
 
 
 def test_compressed_request(client: grpcclient.InferenceServerClient) -> None:
     a = np.arange(4, dtype=np.float32)
     for algorithm in ("gzip", "deflate"):
-        result = client.infer("add_sub", _inputs(INPUT0=a, INPUT1=a), compression_algorithm=algorithm)
+        result = client.infer("add_sub", infer_inputs(grpcclient, INPUT0=a, INPUT1=a), compression_algorithm=algorithm)
         np.testing.assert_array_equal(result.as_numpy("OUTPUT0"), a + a)
 
 
 def test_parameters_reach_the_model(client: grpcclient.InferenceServerClient) -> None:
     x = np.ones(1, dtype=np.float32)
-    result = client.infer("params", _inputs(INPUT0=x), request_id="r9", sequence_id=77, sequence_start=True,
-                          sequence_end=True, priority=3, timeout=5_000_000,
+    result = client.infer("params", infer_inputs(grpcclient, INPUT0=x), request_id="r9", sequence_id=77,
+                          sequence_start=True, sequence_end=True, priority=3, timeout=5_000_000,
                           parameters={"flag": True, "count": 5, "name": "x", "ratio": 0.5})
     seen = json.loads(result.as_numpy("SEEN")[0])
     # Reserved keys steer the request; only the others reach the model.
     assert seen == {"parameters": {"flag": True, "count": 5, "name": "x", "ratio": 0.5}, "correlation_id": 77,
                     "flags": 3, "id": "r9"}
-    result = client.infer("params", _inputs(INPUT0=x), sequence_id="session-a")
+    result = client.infer("params", infer_inputs(grpcclient, INPUT0=x), sequence_id="session-a")
     assert json.loads(result.as_numpy("SEEN")[0])["correlation_id"] == "session-a"
 
 
@@ -279,7 +263,7 @@ def test_malformed_bytes(stub, raw: bytes, message: str) -> None:
 
 def test_model_errors(client: grpcclient.InferenceServerClient) -> None:
     def run(mode: int):
-        return client.infer("fail", _inputs(MODE=np.array([mode], dtype=np.int32)))
+        return client.infer("fail", infer_inputs(grpcclient, MODE=np.array([mode], dtype=np.int32)))
 
     assert run(0).as_numpy("OUT").tolist() == [0]
     error = _error(lambda: run(1))
@@ -291,6 +275,6 @@ def test_model_errors(client: grpcclient.InferenceServerClient) -> None:
 
 
 def test_decoupled_model_refused_on_model_infer(client: grpcclient.InferenceServerClient) -> None:
-    error = _error(lambda: client.infer("decoupled", _inputs(INPUT0=A)))
+    error = _error(lambda: client.infer("decoupled", infer_inputs(grpcclient, INPUT0=A)))
     assert error.status() == "StatusCode.UNIMPLEMENTED"
     assert error.message() == "ModelInfer RPC doesn't support models with decoupled transaction policy"
