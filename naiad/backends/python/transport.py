@@ -150,12 +150,7 @@ class Channel:
             return
         while True:
             try:
-                if fds:
-                    socket.send_fds(self.sock, [data], fds)
-                    for fd in fds:
-                        os.close(fd)
-                else:
-                    self.sock.send(data)
+                self._send_now(data, fds)
                 return
             except BlockingIOError:
                 if self._on_blocked is not None:
@@ -169,18 +164,22 @@ class Channel:
                 self.closed = True
                 raise EOFError(f"the worker process is gone ({exc})") from None
 
+    def _send_now(self, data: bytes, fds: list[int]) -> None:
+        """One datagram, with the descriptors it carries; ours are closed once the worker holds copies."""
+        if fds:
+            socket.send_fds(self.sock, [data], fds)
+            for fd in fds:
+                os.close(fd)
+        else:
+            self.sock.send(data)
+
     def flush(self) -> bool:
         """Send what waited for room; True when nothing is left."""
         with self.lock:
             while self._backlog:
                 data, fds = self._backlog[0]
                 try:
-                    if fds:
-                        socket.send_fds(self.sock, [data], fds)
-                        for fd in fds:
-                            os.close(fd)
-                    else:
-                        self.sock.send(data)
+                    self._send_now(data, fds)
                 except BlockingIOError:
                     return False
                 except OSError:
