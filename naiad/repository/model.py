@@ -114,14 +114,22 @@ class ModelVersion:
                            ) -> Callable[[InferResponse], None]:
         def respond(response: InferResponse) -> None:
             if response.error is None:
-                try:
-                    response.outputs = self.signature.select_outputs(response.outputs, request)
-                except InferError as exc:
-                    response.outputs = {}
-                    response.error = exc
+                selected = self._selected(response, request)
+                if selected is not None:
+                    response.outputs = selected
             response.model_version = self.version_str
             sink(response)
         return respond
+
+    def _selected(self, response: InferResponse, request: InferRequest) -> dict[str, Any] | None:
+        """The outputs the request asked for; None when the model's outputs don't match its config, in which
+        case the response now carries that error instead."""
+        try:
+            return self.signature.select_outputs(response.outputs, request)
+        except InferError as exc:
+            response.outputs = {}
+            response.error = exc
+            return None
 
     def _cached(self, request: InferRequest, future: asyncio.Future) -> bool:
         """Answer from the response cache if it holds this request; on a miss remember where to store it."""
@@ -151,11 +159,8 @@ class ModelVersion:
             self._drained.set()
         reason = failed if isinstance(failed, str) else "BACKEND"
         if response.error is None:
-            try:
-                selected = self.signature.select_outputs(response.outputs, request)
-            except InferError as exc:
-                response.outputs = {}
-                response.error = exc
+            selected = self._selected(response, request)
+            if selected is None:
                 failed = True
                 reason = "OTHER"
             else:
