@@ -11,6 +11,7 @@ from pathlib import Path
 from naiad import __version__
 from naiad.frontends.grpc import options as grpc_options
 from naiad.frontends.metrics import options as metrics_options
+from naiad.frontends.sagemaker import options as sagemaker_options
 
 
 def _bool(value: str | bool) -> bool:
@@ -26,6 +27,13 @@ def _bool(value: str | bool) -> bool:
 
 def _flag(parser: argparse.ArgumentParser, name: str, default: bool, help: str) -> None:
     parser.add_argument(name, type=_bool, nargs="?", const=True, default=default, metavar="BOOL", help=help)
+
+
+def _verbosity(value: str) -> int:
+    """``--log-verbose``: a level, or true / false as Triton's SageMaker serve script passes it."""
+    if value.strip().lstrip("-").isdigit():
+        return int(value)
+    return int(_bool(value))
 
 
 def _backend_config(values: list[str]) -> dict[str, dict[str, str]]:
@@ -46,6 +54,10 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="naiad", description="A Triton-compatible inference server.")
     parser.add_argument("--version", action="version", version=f"naiad {__version__}")
     commands = parser.add_subparsers(dest="command", required=True)
+    sagemaker = commands.add_parser(
+        "sagemaker", help="run as a SageMaker container: 'naiad sagemaker serve' reads SageMaker's environment "
+                          "as Triton's serve script does, then starts 'naiad serve'")
+    sagemaker.add_argument("arguments", nargs=argparse.REMAINDER)
     serve = commands.add_parser("serve", help="serve a Triton model repository")
     serve.add_argument("--model-repository", "--model-store", action="append", required=True, type=Path,
                        dest="model_repository", help="model repository folder (repeatable)")
@@ -69,6 +81,11 @@ def build_parser() -> argparse.ArgumentParser:
                        help="largest request body accepted, in bytes")
     grpc_options.add_arguments(serve, _flag)
     metrics_options.add_arguments(serve, _flag)
+    sagemaker_options.add_arguments(serve, _flag)
+    _flag(serve, "--model-namespacing", False,
+          "accepted for Triton compatibility; naiad serves one model per name across repositories")
+    serve.add_argument("--buffer-manager-thread-count", type=int, default=0,
+                       help="accepted for Triton compatibility; naiad has no buffer manager threads")
     serve.add_argument("--backend-config", action="append", default=[], metavar="BACKEND,KEY=VALUE")
     serve.add_argument("--cache-config", action="append", default=[], metavar="CACHE,KEY=VALUE",
                        help="response cache, e.g. local,size=1048576 (models opt in with response_cache)")
@@ -76,7 +93,7 @@ def build_parser() -> argparse.ArgumentParser:
                        help="execution_count: instances run only when their rate_limiter resources are free")
     serve.add_argument("--rate-limit-resource", action="append", default=[], metavar="NAME:COUNT[:DEVICE]",
                        help="resources available to the rate limiter (default: the most any instance asks for)")
-    serve.add_argument("--log-verbose", type=int, default=0)
+    serve.add_argument("--log-verbose", type=_verbosity, default=0, metavar="LEVEL")
     _flag(serve, "--log-info", True, "log informational messages")
     _flag(serve, "--log-warning", True, "log warnings")
     _flag(serve, "--log-error", True, "log errors")
@@ -103,6 +120,11 @@ def serve(args: argparse.Namespace) -> int:
     from naiad.server import Server, ServerOptions
 
     _configure_logging(args)
+    try:
+        sagemaker = sagemaker_options.from_args(args)
+    except ValueError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 1
     options = ServerOptions(
         model_repositories=[p.resolve() for p in args.model_repository],
         model_config_name=args.model_config_name,
@@ -123,6 +145,7 @@ def serve(args: argparse.Namespace) -> int:
         repository_poll_secs=args.repository_poll_secs,
         grpc=grpc_options.from_args(args),
         metrics=metrics_options.from_args(args),
+        sagemaker=sagemaker,
     )
     try:
         import uvloop
@@ -141,6 +164,13 @@ def serve(args: argparse.Namespace) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
+    if argv is None:
+        argv = sys.argv[1:]
+    if argv[:1] == ["sagemaker"]:
+        # Triton's docker/sagemaker/serve script, reading SageMaker's environment before `naiad serve`.
+        from naiad.sagemaker_serve import main as sagemaker_main
+
+        return sagemaker_main(argv[1:])
     args = build_parser().parse_args(argv)
     if args.command == "serve":
         return serve(args)

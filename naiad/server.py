@@ -12,8 +12,11 @@ from naiad.frontends.grpc.options import GrpcOptions
 from naiad.frontends.http.protocol import HttpProtocol
 from naiad.frontends.http.routes import Router
 from naiad.frontends.metrics.options import MetricsOptions
+from naiad.frontends.sagemaker.options import SageMakerOptions
 from naiad.repository.control import ModelControl
 from naiad.repository.manager import ModelRepository, RepositoryOptions
+from naiad.repository.memory import parse_size
+from naiad.repository.residency import Residency
 from naiad.scheduling.cache import ResponseCache, register_cache_metrics
 from naiad.scheduling.rate_limiter import RateLimiter
 from naiad.service import Service
@@ -42,6 +45,7 @@ class ServerOptions:
     repository_poll_secs: float = 15.0
     grpc: GrpcOptions = field(default_factory=GrpcOptions)
     metrics: MetricsOptions = field(default_factory=MetricsOptions)
+    sagemaker: SageMakerOptions = field(default_factory=SageMakerOptions)
 
 
 class Server:
@@ -62,6 +66,7 @@ class Server:
             ))
             self.control = ModelControl(repository, options.model_control_mode, options.load_models,
                                         options.repository_poll_secs)
+            self.residency = self._residency(repository, self.control, options)
         except ValueError as exc:
             raise SystemExit(f"error: {exc}") from None
         self.repository = repository
@@ -70,11 +75,31 @@ class Server:
                 (m.name, m.version_str, m.stats, m.cache is not None)
                 for entry in self.repository.models.values() for m in entry.versions.values()
             ))
-        self.service = Service(self.repository, strict_readiness=options.strict_readiness, control=self.control)
+        self.service = Service(self.repository, strict_readiness=options.strict_readiness, control=self.control,
+                               residency=self.residency)
         self._servers: list[asyncio.base_events.Server] = []
         self._grpc = None  # grpc.aio.Server
         self._metrics = None  # MetricsService
         self._stop = asyncio.Event()
+
+    @staticmethod
+    def _residency(repository: ModelRepository, control: ModelControl, options: ServerOptions) -> Residency | None:
+        sagemaker = options.sagemaker
+        if not sagemaker.enabled:
+            return None
+        ports = {"HTTP": options.http_port} if options.allow_http else {}
+        if options.grpc.enabled:
+            ports["GRPC"] = options.grpc.port
+        if options.metrics.enabled:
+            ports["metrics"] = options.metrics.port
+        sagemaker.check_ports(ports)
+        limit = parse_size(sagemaker.memory_limit) if sagemaker.memory_limit else None
+        fetch = None
+        if sagemaker.model_data_url:
+            from naiad.repository.sources import ModelDataSource
+
+            fetch = ModelDataSource(sagemaker.model_data_url).fetch
+        return Residency(repository, control, sagemaker.models_root, limit, fetch, sagemaker.model_data_url)
 
     async def start(self) -> None:
         self.control.load_startup()
@@ -94,6 +119,18 @@ class Server:
             )
             self._servers.append(server)
             log.info("Started HTTPService at %s:%d", self.options.http_address, self.options.http_port)
+        if self.options.sagemaker.enabled:
+            from naiad.frontends.sagemaker.routes import SageMakerRouter
+
+            sagemaker = self.options.sagemaker
+            sagemaker_router = SageMakerRouter(self.service, sagemaker)
+            max_body = self.options.http_max_input_size
+            server = await loop.create_server(
+                lambda: HttpProtocol(sagemaker_router, max_body),
+                sagemaker.address, sagemaker.port, reuse_address=True, backlog=2048,
+            )
+            self._servers.append(server)
+            log.info("Started Sagemaker HTTPService at %s:%d", sagemaker.address, sagemaker.port)
         if self.options.grpc.enabled:
             from naiad.frontends.grpc import (
                 server as grpc_server,  # grpc loads only when it is served

@@ -16,6 +16,7 @@ from naiad.core.settings import LogSettings, TraceSettings
 from naiad.repository.control import ModelControl
 from naiad.repository.manager import ModelRepository
 from naiad.repository.model import ModelVersion
+from naiad.repository.residency import Residency
 
 EXTENSIONS = [
     "classification",
@@ -34,8 +35,9 @@ EXTENSIONS = [
 
 class Service:
     def __init__(self, repository: ModelRepository, strict_readiness: bool = True,
-                 control: ModelControl | None = None) -> None:
+                 control: ModelControl | None = None, residency: Residency | None = None) -> None:
         self.repository = repository
+        self.residency = residency  # SageMaker's multi-model loads (None unless SageMaker is served)
         repository.core = self
         self.control = control or ModelControl(repository)
         self.strict_readiness = strict_readiness

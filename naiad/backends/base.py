@@ -93,6 +93,10 @@ class LoadedVersion(abc.ABC):
     def cancel(self, request: InferRequest) -> None:
         """The client no longer wants ``request``: let a model that checks ``is_cancelled()`` stop early."""
 
+    def pids(self) -> list[int]:
+        """The processes the version runs in besides the server's own (their memory is the model's)."""
+        return []
+
     def unload(self) -> None:
         for instance in self.instances:
             instance.finalize()

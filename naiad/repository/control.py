@@ -136,6 +136,11 @@ class ModelControl:
         if self._retiring:
             await asyncio.gather(*self._retiring, return_exceptions=True)
 
+    async def settle(self) -> None:
+        """Wait until every version being retired has finished ``finalize()`` (its workers are gone)."""
+        while self._retiring:
+            await asyncio.gather(*list(self._retiring), return_exceptions=True)
+
     # --- what the protocols ask ------------------------------------------------------------------------------
 
     def listed(self) -> set[str] | None:

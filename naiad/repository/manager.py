@@ -21,7 +21,7 @@ from naiad.config.loader import load_config
 from naiad.config.normalize import detect_backend, fill_defaults
 from naiad.config.render import config_to_dict
 from naiad.config.validate import validate, validate_identity
-from naiad.core.errors import STATUS_NAMES, InferError, internal, invalid, not_found, unavailable
+from naiad.core.errors import STATUS_NAMES, Code, InferError, internal, invalid, not_found, unavailable
 from naiad.repository.layout import model_dirs, select_versions, version_dirs
 from naiad.repository.model import ModelVersion
 from naiad.repository.warmup import warm_up
@@ -80,6 +80,9 @@ class ModelRepository:
         self.core: Core | None = None  # the service, which sets itself here: models that call models reach it
         self.loop: asyncio.AbstractEventLoop | None = None  # the server's loop, once loading starts on it
         self.loading: dict[str, set[int]] = {}  # model control: versions being loaded right now
+        # Repositories added at run time (SageMaker's multi-model loads), each with the names its model
+        # folders are served under: folder -> model name (unmapped folders keep their own name).
+        self.registered: dict[Path, dict[str, str]] = {}
 
     def scan(self) -> dict[str, list[Path]]:
         """Every model folder of every repository, by name (a name in two repositories is ambiguous)."""
@@ -87,7 +90,27 @@ class ModelRepository:
         for repo in self.options.paths:
             for name, path in model_dirs(repo).items():
                 found.setdefault(name, []).append(path)
+        for repo, mapping in list(self.registered.items()):
+            for folder, path in model_dirs(repo).items():
+                found.setdefault(mapping.get(folder, folder), []).append(path)
         return found
+
+    def register(self, repository: Path, mapping: dict[str, str]) -> None:
+        """Add a repository whose folders are served under ``mapping``'s names (Triton's
+        RegisterModelRepository). A repository registered twice, or a name some other model folder already
+        has, is ALREADY_EXISTS."""
+        if repository in self.registered:
+            raise InferError(f"model repository '{repository}' has already been registered", Code.ALREADY_EXISTS)
+        taken = self.scan()
+        for folder, name in mapping.items():
+            if name in taken:
+                raise InferError(f"failed to register '{repository}', there is a conflicting mapping for '{name}'",
+                                 Code.ALREADY_EXISTS)
+        self.registered[repository] = dict(mapping)
+
+    def unregister(self, repository: Path) -> None:
+        if self.registered.pop(repository, None) is None:
+            raise invalid(f"failed to unregister '{repository}', repository not found")
 
     def load_all(self, only: set[str] | None = None) -> None:
         """Load every model (or those named in ``only``: explicit mode's ``--load-model``)."""
@@ -152,8 +175,8 @@ class ModelRepository:
                 config, found = load_config(path, self.options.config_name)
             if not found and not self.options.auto_complete:
                 raise invalid(f"failed to find a config.pbtxt for model '{name}' and auto-complete is disabled")
-            if not config.name:
-                config.name = name
+            if not config.name or (path.parent in self.registered and path.name != name):
+                config.name = name  # a registered mapping names the model, whatever its folder is called
             validate_identity(config, name)
         except InferError as exc:
             entry.reason = exc.message

@@ -206,6 +206,9 @@ class WorkerVersion(LoadedVersion):
     def ready(self) -> bool:
         return all(p.ready for p in self.processes)
 
+    def pids(self) -> list[int]:
+        return [p.proc.pid for p in self.processes if p.proc is not None and p.proc.poll() is None]
+
     def cancel(self, request: Any) -> None:
         for process in self.processes:
             if process.cancel(request):

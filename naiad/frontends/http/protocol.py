@@ -27,8 +27,12 @@ def _encode(reply: Reply, keep_alive: bool) -> list[bytes]:
         length = sum(len(c) for c in body)
     else:
         length = len(body)
-    head = [b"HTTP/1.1 %d %s\r\nContent-Type: %s\r\nContent-Length: %d\r\n" % (
-        reply.status, _REASONS.get(reply.status, b"Unknown"), reply.content_type, length)]
+    if reply.content_type:
+        head = [b"HTTP/1.1 %d %s\r\nContent-Type: %s\r\nContent-Length: %d\r\n" % (
+            reply.status, _REASONS.get(reply.status, b"Unknown"), reply.content_type, length)]
+    else:  # a bare status, as Triton's SageMaker server sends some of them
+        head = [b"HTTP/1.1 %d %s\r\nContent-Length: %d\r\n" % (
+            reply.status, _REASONS.get(reply.status, b"Unknown"), length)]
     if reply.headers:
         for name, value in reply.headers:
             head.append(b"%s: %s\r\n" % (name, value))
@@ -149,6 +153,8 @@ class HttpProtocol(asyncio.Protocol):
     async def _stream(self, slot: _Slot, streamed: Streamed) -> None:
         """A chunked reply written as its parts arrive (server-sent events)."""
         head = [b"HTTP/1.1 200 OK\r\nContent-Type: %s\r\nTransfer-Encoding: chunked\r\n" % streamed.content_type]
+        for name, value in streamed.headers or ():
+            head.append(b"%s: %s\r\n" % (name, value))
         if not slot.keep_alive:
             head.append(b"Connection: close\r\n")
         head.append(b"\r\n")
@@ -174,6 +180,9 @@ class HttpProtocol(asyncio.Protocol):
         except Exception:
             log.exception("failed to encode a response")
             reply = Reply(500, orjson.dumps({"error": "failed to encode the response"}))
+        if isinstance(reply, Streamed):  # known only once the work behind it finished (an on-demand load)
+            slot.pending = asyncio.ensure_future(self._stream(slot, reply))
+            return
         self._complete(slot, reply)
 
     def _complete(self, slot: _Slot, reply: Reply) -> None:

@@ -50,11 +50,13 @@ class Deferred:
 class Streamed:
     """A reply sent in parts as ``chunks`` yields them (chunked transfer encoding)."""
 
-    __slots__ = ("chunks", "content_type")
+    __slots__ = ("chunks", "content_type", "headers")
 
-    def __init__(self, chunks: AsyncIterator[bytes], content_type: bytes = b"text/event-stream") -> None:
+    def __init__(self, chunks: AsyncIterator[bytes], content_type: bytes = b"text/event-stream",
+                 headers: list[tuple[bytes, bytes]] | None = None) -> None:
         self.chunks = chunks
         self.content_type = content_type
+        self.headers = headers
 
 
 def json_reply(value: Any, status: int = 200) -> Reply:
@@ -106,7 +108,7 @@ class Router:
                 if action == "generate" or action == "generate_stream":
                     if method != b"POST":
                         return _method_not_allowed()
-                    return self._generate(name, version, body, action == "generate_stream")
+                    return self.generate(name, version, body, action == "generate_stream")
                 if action == "ready":
                     return self._get(method, lambda: _model_ready(self.service.model_ready(name, version)))
                 if action == "config":
@@ -167,7 +169,7 @@ class Router:
                           [(b"Inference-Header-Content-Length", str(header_length).encode())])
         return compress(reply, accept) if accept else reply
 
-    def _generate(self, name: str, version: str, body: bytes | bytearray, stream: bool) -> Deferred | Streamed:
+    def generate(self, name: str, version: str, body: bytes | bytearray, stream: bool) -> Deferred | Streamed:
         model = self.service.model(name, version)
         request = decode_generate(body, model, name, version)
         if stream:

@@ -1,0 +1,214 @@
+"""Triton's SageMaker server: ``/ping``, ``/invocations`` and the multi-model ``/models`` API, with its status
+codes and bodies (Triton 2.51's sagemaker_server.cc; a bare 400 for anything it doesn't route), plus naiad's
+runtime front door (``/endpoints/...``, see ``runtime.py``).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import re
+import time
+from typing import Any
+
+import orjson
+
+from naiad.core.errors import Code, InferError
+from naiad.core.request import InferResponse
+from naiad.frontends.http.codec import OutputOptions
+from naiad.frontends.http.routes import Deferred, Reply, Router, Streamed, error_reply
+from naiad.frontends.sagemaker import codec
+from naiad.frontends.sagemaker.options import SageMakerOptions
+from naiad.repository.residency import Residency, ResidencyStats, UrlRefused, is_out_of_memory
+from naiad.service import Service
+
+log = logging.getLogger("naiad.sagemaker")
+
+_MODELS = re.compile(r"/models(?:/)?([^/]+)?(/invoke)?")  # Triton's own pattern, quirks included
+TARGET_MODEL = b"x-amzn-sagemaker-target-model"
+
+
+def bare(status: int) -> Reply:
+    """A status with no body and no content type."""
+    return Reply(status, b"", b"")
+
+
+def sagemaker_error(error: InferError) -> Reply:
+    """How Triton's multi-model handlers answer a failure: 507 when it reads as out of memory, else 400."""
+    return Reply(507 if is_out_of_memory(error.message) else 400, orjson.dumps({"error": error.message}))
+
+
+class SageMakerRouter:
+    def __init__(self, service: Service, options: SageMakerOptions) -> None:
+        assert service.residency is not None
+        self.service = service
+        self.options = options
+        self.residency: Residency = service.residency
+        self.stats: ResidencyStats = self.residency.stats
+        self.http = Router(service)  # generate / generate_stream are the HTTP front end's, as in Triton
+        from naiad.frontends.sagemaker.runtime import RuntimeDoor
+
+        self.runtime = RuntimeDoor(self)
+
+    def handle(self, method: bytes, path: str, headers: dict[bytes, bytes], body: bytes | bytearray
+               ) -> Reply | Deferred | Streamed:
+        try:
+            return self._route(method, path, headers, body)
+        except InferError as exc:
+            return error_reply(exc)
+
+    def _route(self, method: bytes, path: str, headers: dict[bytes, bytes], body: bytes | bytearray
+               ) -> Reply | Deferred | Streamed:
+        if path == "/ping":
+            return self._ping(method)
+        if path == "/invocations":
+            return self._invocations(method, headers, body)
+        if path.startswith("/endpoints/"):
+            return self.runtime.handle(method, path, headers, body)
+        match = _MODELS.fullmatch(path)
+        if match is None:
+            return bare(400)
+        key, action = match.group(1) or "", match.group(2) or ""
+        if method == b"GET":
+            return self._get(key) if key else self._list()
+        if method == b"POST":
+            if action:
+                return self._invoke(key, headers, body)
+            return Deferred(asyncio.ensure_future(self._load(headers, body)), lambda f: f.result())
+        if method == b"DELETE":
+            return Deferred(asyncio.ensure_future(self._unload(key, headers)), lambda f: f.result())
+        return bare(400)
+
+    # --- single-model endpoint ---------------------------------------------------------------------------------
+
+    def _ping(self, method: bytes) -> Reply:
+        if method != b"GET":
+            return Reply(405, orjson.dumps({"error": "Method Not Allowed"}))
+        service = self.service
+        ok = service.live if self.options.ping_mode == "live" else service.is_ready()
+        return bare(200 if ok else 400)
+
+    def _invocations(self, method: bytes, headers: dict[bytes, bytes], body: bytes | bytearray
+                     ) -> Reply | Deferred | Streamed:
+        name = self.options.default_model
+        kind = self.options.inference_type
+        if kind != "infer":
+            if method != b"POST":
+                return Reply(405, orjson.dumps({"error": "Method Not Allowed"}))
+            return self.http.generate(name, "", body, kind == "generate_stream")
+        if method != b"POST":
+            return Reply(405, orjson.dumps({"error": "Method Not Allowed"}))
+        # Failures before the model answers keep Triton's HTTP status mapping here (HandleInfer's).
+        return self.infer(name, headers, body, error_reply)
+
+    # --- inference, shared by /invocations, /models/<m>/invoke and the runtime front door ----------------------
+
+    def infer(self, name: str, headers: dict[bytes, bytes], body: bytes | bytearray, failed: Any,
+              started: float | None = None) -> Reply | Deferred:
+        """Decode, queue and answer one request; ``failed`` turns an error into the route's reply."""
+        if started is None:
+            started = time.perf_counter()
+        self.stats.invocations += 1
+        try:
+            model = self.service.model(name)
+            if model.decoupled:
+                raise InferError("HTTP end point doesn't support models with decoupled transaction policy",
+                                 Code.UNSUPPORTED)
+            request, options = codec.decode(body, headers, name)
+            submitted = time.perf_counter()
+            future = self.service.infer(request, model)
+        except InferError as exc:
+            return self._counted(failed(exc))
+        self.residency.touch(name)
+        return Deferred(future, lambda f: self._reply(f.result(), options, model.labels, failed, started, submitted))
+
+    def _reply(self, response: InferResponse, options: OutputOptions, labels: dict[str, list[str]],
+               failed: Any, started: float, submitted: float) -> Reply:
+        answered = time.perf_counter()
+        if response.error is not None:
+            reply = failed(response.error)
+        else:
+            try:
+                body, content_type = codec.encode(response, options, labels if options.classification else None)
+                reply = Reply(200, body, content_type)
+            except InferError as exc:
+                reply = failed(exc)
+        in_model = answered - submitted
+        self.stats.model_latency.add(in_model)
+        self.stats.overhead_latency.add(time.perf_counter() - started - in_model)
+        return self._counted(reply)
+
+    def _counted(self, reply: Reply) -> Reply:
+        if 400 <= reply.status < 500:
+            self.stats.errors_4xx += 1
+        elif reply.status >= 500:
+            self.stats.errors_5xx += 1
+        return reply
+
+    # --- multi-model endpoint ----------------------------------------------------------------------------------
+
+    def _list(self) -> Reply:
+        rows = []
+        for resident in self.residency.models.values():
+            ready = self.service.repository.is_ready(resident.target)
+            # Triton appends an empty object for a model that isn't ready.
+            rows.append({"modelName": resident.key, "modelUrl": resident.url} if ready else {})
+        return Reply(200, orjson.dumps({"models": rows}))
+
+    def _get(self, key: str) -> Reply:
+        resident = self.residency.get(key)
+        if resident is None:
+            return bare(404)
+        return Reply(200, orjson.dumps({"modelName": resident.key, "modelUrl": resident.url}))
+
+    async def _load(self, headers: dict[bytes, bytes], body: bytes | bytearray) -> Reply:
+        key, url = "", ""
+        if body:
+            try:
+                doc = orjson.loads(body)
+            except orjson.JSONDecodeError as exc:
+                return bare_json(400, f"failed to parse the request JSON buffer: {exc}")
+            if isinstance(doc, dict):
+                if "model_name" in doc:
+                    if not isinstance(doc["model_name"], str):
+                        return bare_json(400, "attempt to access JSON non-string as string")
+                    key = doc["model_name"]
+                if "url" in doc:
+                    if not isinstance(doc["url"], str):
+                        return bare_json(400, "attempt to access JSON non-string as string")
+                    url = doc["url"]
+        target = headers.get(TARGET_MODEL, b"").decode() or key
+        log.info("Loading SageMaker TargetModel: %s", target)
+        try:
+            await self.residency.load(key, url, target)
+        except UrlRefused as exc:
+            log.error("%s", exc.message)
+            return bare(400)
+        except InferError as exc:
+            if exc.code == Code.ALREADY_EXISTS:
+                return Reply(409, orjson.dumps({"error": exc.message}))
+            return sagemaker_error(exc)
+        return bare(200)
+
+    async def _unload(self, key: str, headers: dict[bytes, bytes]) -> Reply:
+        if self.residency.get(key) is None:
+            return bare(404)
+        target = headers.get(TARGET_MODEL, b"").decode() or key
+        log.info("Unloading SageMaker TargetModel: %s", target)
+        try:
+            await self.residency.unload(key)
+        except InferError as exc:
+            return Reply(400, orjson.dumps({"error": exc.message}))
+        return bare(200)
+
+    def _invoke(self, key: str, headers: dict[bytes, bytes], body: bytes | bytearray) -> Reply | Deferred:
+        if self.residency.get(key) is None:
+            return bare(404)
+        target = headers.get(TARGET_MODEL, b"").decode() or key
+        log.info("Invoking SageMaker TargetModel: %s", target)
+        return self.infer(target, headers, body, sagemaker_error)
+
+
+def bare_json(status: int, message: str) -> Reply:
+    return Reply(status, orjson.dumps({"error": message}))
+

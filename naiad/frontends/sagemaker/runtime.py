@@ -1,0 +1,171 @@
+"""The SageMaker Runtime front door: what the platform does in front of the container, so unmodified boto3
+(``sagemaker-runtime``'s ``invoke_endpoint`` / ``invoke_endpoint_with_response_stream``, pointed at this port
+with ``endpoint_url``) talks to naiad directly.
+
+``POST /endpoints/<name>/invocations`` runs the request as the container route would (``/invocations`` on a
+single-model endpoint, ``/models/<key>/invoke`` on a multi-model one, loading the target model's archive on
+demand) and answers in the runtime service's shape: the model's body and content type on success; a model's
+failure as ``ModelError`` (424, with the container's status and message); the caller's mistakes as
+``ValidationError`` (400). ``.../invocations-response-stream`` sends the answer as AWS event stream
+``PayloadPart`` events.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import re
+import time
+from typing import TYPE_CHECKING, AsyncIterator
+
+import orjson
+
+from naiad.core.errors import Code, InferError
+from naiad.frontends.http.routes import Deferred, Reply, Streamed, error_reply
+from naiad.frontends.sagemaker.routes import TARGET_MODEL, sagemaker_error
+
+if TYPE_CHECKING:
+    from naiad.frontends.sagemaker.routes import SageMakerRouter
+
+log = logging.getLogger("naiad.sagemaker")
+
+_PATH = re.compile(r"/endpoints/([a-zA-Z0-9](?:-*[a-zA-Z0-9])*)/(invocations|invocations-response-stream)")
+_VARIANT = [(b"x-Amzn-Invoked-Production-Variant", b"AllTraffic")]
+_ERROR_TYPE = b"x-amzn-ErrorType"
+
+
+def service_error(status: int, code: str, message: str, **members: object) -> Reply:
+    """An error as the runtime service sends it: botocore reads the code from ``x-amzn-ErrorType``."""
+    body = {"message": message, **members} if not members else {"Message": message, **members}
+    return Reply(status, orjson.dumps(body),
+                 headers=[(_ERROR_TYPE, f"{code}:http://internal.amazon.com/coral/com.amazon.sagemaker/".encode())])
+
+
+def validation_error(message: str) -> Reply:
+    return service_error(400, "ValidationError", message)
+
+
+class RuntimeDoor:
+    def __init__(self, router: SageMakerRouter) -> None:
+        self.router = router
+        self.options = router.options
+        self.residency = router.residency
+
+    def handle(self, method: bytes, path: str, headers: dict[bytes, bytes], body: bytes | bytearray
+               ) -> Reply | Deferred | Streamed:
+        match = _PATH.fullmatch(path)
+        if match is None:
+            return service_error(404, "UnknownOperationException", f"no operation at {path}")
+        if method != b"POST":
+            return service_error(405, "UnknownOperationException", f"{method.decode()} {path} is not an operation")
+        endpoint, operation = match.groups()
+        target = headers.get(TARGET_MODEL, b"").decode()
+        stream = operation == "invocations-response-stream"
+        if self.options.multi_model:
+            if not target:
+                return validation_error(f"Endpoint {endpoint} is a multi-model endpoint: the request must name a "
+                                        "TargetModel")
+        elif target:
+            return validation_error(f"Endpoint {endpoint} is not a multi-model endpoint and does not support "
+                                    "TargetModel")
+        started = time.perf_counter()
+        if not self.options.multi_model:
+            return self._run(self.options.default_model, headers, body, stream, endpoint, started, error_reply)
+        if self.residency.touch(target) and self.router.service.repository.is_ready(target):
+            self.residency.stats.cache_hits += 1  # the hot path: no task, no wait
+            return self._run(target, headers, body, stream, endpoint, started, sagemaker_error)
+        return Deferred(asyncio.ensure_future(self._load_then_run(target, headers, body, stream, endpoint, started)),
+                        lambda f: f.result())
+
+    async def _load_then_run(self, target: str, headers: dict[bytes, bytes], body: bytes | bytearray, stream: bool,
+                             endpoint: str, started: float) -> Reply | Streamed:
+        try:
+            await self.residency.ensure(target)
+        except InferError as exc:
+            return self._load_failed(target, exc)
+        result = self._run(target, headers, body, stream, endpoint, started, sagemaker_error)
+        if not isinstance(result, Deferred):
+            return result
+        try:
+            await asyncio.wait([result.future])
+        except asyncio.CancelledError:
+            result.future.cancel()  # the client went away: so does its request
+            raise
+        return result.finish(result.future)
+
+    def _load_failed(self, target: str, error: InferError) -> Reply:
+        self.router.stats.invocations += 1
+        if error.code == Code.NOT_FOUND:
+            self.router.stats.errors_4xx += 1
+            return validation_error(f"Failed to download model data for TargetModel '{target}': {error.message}")
+        if error.code == Code.INVALID_ARG and not error.message.startswith("Out of memory"):
+            self.router.stats.errors_4xx += 1
+            return self._model_error(sagemaker_error(error), "")
+        self.router.stats.errors_5xx += 1
+        return self._model_error(sagemaker_error(error), "")
+
+    def _run(self, name: str, headers: dict[bytes, bytes], body: bytes | bytearray, stream: bool, endpoint: str,
+             started: float, failed) -> Reply | Deferred | Streamed:
+        if stream:
+            return self._stream(name, headers, body, endpoint)
+        result = self.router.infer(name, headers, body, failed, started)
+        if isinstance(result, Deferred):
+            return Deferred(result.future, lambda f: self._answer(result.finish(f), endpoint))
+        return self._answer(result, endpoint)
+
+    def _answer(self, reply: Reply, endpoint: str) -> Reply:
+        if reply.status < 300:
+            return Reply(reply.status, reply.body, reply.content_type, _VARIANT)
+        return self._model_error(reply, endpoint)
+
+    @staticmethod
+    def _model_error(reply: Reply, endpoint: str) -> Reply:
+        """A container's failure, as the runtime service reports it to the caller."""
+        original = reply.body if isinstance(reply.body, bytes) else b"".join(reply.body)
+        text = original.decode("utf-8", "replace")
+        side = "client" if reply.status < 500 else "server"
+        message = (f"Received {side} error ({reply.status}) from primary with message \"{text}\". "
+                   "See the naiad server log for more information.")
+        return service_error(424, "ModelError", message, OriginalStatusCode=reply.status, OriginalMessage=text,
+                             LogStreamArn=f"naiad:endpoint/{endpoint}" if endpoint else "naiad")
+
+    # --- response streams --------------------------------------------------------------------------------------
+
+    def _stream(self, name: str, headers: dict[bytes, bytes], body: bytes | bytearray, endpoint: str
+                ) -> Reply | Deferred | Streamed:
+        from naiad.frontends.sagemaker import eventstream  # only response streams frame events
+
+        service = self.router.service
+        try:
+            model = service.model(name)
+        except InferError as exc:
+            return self._model_error(sagemaker_error(exc), endpoint)
+        if model.decoupled or self.options.inference_type == "generate_stream":
+            try:
+                inner = self.router.http.generate(name, "", body, True)
+            except InferError as exc:
+                return self._model_error(sagemaker_error(exc), endpoint)
+            assert isinstance(inner, Streamed)
+            return Streamed(_parts(inner.chunks), eventstream.CONTENT_TYPE,
+                            [*_VARIANT, (b"X-Amzn-SageMaker-Content-Type", inner.content_type)])
+        result = self.router.infer(name, headers, body, sagemaker_error)
+        if not isinstance(result, Deferred):
+            return self._model_error(result, endpoint)
+
+        def finish(future: asyncio.Future) -> Reply | Streamed:
+            reply = result.finish(future)
+            if reply.status >= 300:
+                return self._model_error(reply, endpoint)
+            data = reply.body if isinstance(reply.body, bytes) else b"".join(bytes(c) for c in reply.body)
+            return Reply(200, eventstream.payload_part(data), eventstream.CONTENT_TYPE,
+                         [*_VARIANT, (b"X-Amzn-SageMaker-Content-Type", reply.content_type)])
+
+        return Deferred(result.future, finish)
+
+
+async def _parts(chunks: AsyncIterator[bytes]) -> AsyncIterator[bytes]:
+    from naiad.frontends.sagemaker import eventstream
+
+    async for chunk in chunks:
+        yield eventstream.payload_part(chunk)
+

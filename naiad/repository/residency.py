@@ -1,0 +1,350 @@
+"""SageMaker's multi-model contract over model control, and the platform's part around it.
+
+Triton's part: a model is loaded from a folder under the models root (``<root>/<key>/model``) under a key
+SageMaker chose (``model_name``), served under the target model's name, listed, and unloaded with its
+repository. The platform's part, which naiad does in the server: archives fetched on demand from the model
+data url, and least-recently-used models unloaded before a load that would not fit the memory limit.
+
+Loads and evictions run one at a time (memory accounting needs a settled picture); cache hits never wait.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import logging
+import os
+import re
+import shutil
+import tempfile
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable
+
+from naiad.config.ensemble import ENSEMBLE_PLATFORM
+from naiad.config.loader import load_config
+from naiad.core.errors import Code, InferError, invalid, not_found
+from naiad.repository.control import ModelControl
+from naiad.repository.layout import model_dirs
+from naiad.repository.manager import ModelRepository
+from naiad.repository.memory import format_size, own_rss, processes_memory
+
+log = logging.getLogger("naiad.residency")
+
+# Triton's SageMaker server answers 507 when an error says any of these (sagemaker_server.cc).
+OUT_OF_MEMORY = (
+    "CUDA out of memory", "CUDA_OUT_OF_MEMORY", "Out of memory", "Out Of Memory", "out of memory", "MemoryError",
+    "OutOfMemory", "OOM", "Dst tensor is not initialized", "Src tensor is not initialized",
+    "CNMEM_STATUS_OUT_OF_MEMORY", "CUDNN_STATUS_NOT_INITIALIZED", "CUBLAS_STATUS_ALLOC_FAILED",
+    "CUBLAS_STATUS_NOT_INITIALIZED", "Failed to allocate memory", "failed to allocate memory",
+    "No space left on device",
+)
+
+_FORBIDDEN = ("/dev/", "/proc/", "/sys/")
+
+
+def is_out_of_memory(message: str) -> bool:
+    return any(text in message for text in OUT_OF_MEMORY)
+
+
+class UrlRefused(InferError):
+    """A url under /dev, /proc or /sys: Triton refuses it with a bare 400 and only logs why."""
+
+
+Fetch = Callable[[str, Path], int]  # (relative archive path, destination file) -> bytes fetched
+
+
+@dataclass
+class Resident:
+    key: str  # SageMaker's model_name (a hash of the target model)
+    url: str  # the repository registered for it, which Triton reports as modelUrl
+    repository: Path
+    target: str  # the name the model is served under
+    folder: Path | None = None  # what an on-demand load extracted, removed once the model is unloaded
+    names: list[str] = field(default_factory=list)  # every model loaded from the repository (ensembles: several)
+    memory: int = 0
+    in_process: int = 0  # the server's own growth while the model loaded
+    last_used: float = 0.0
+
+
+@dataclass
+class Timing:
+    """A CloudWatch-style statistic: how many, and their sum in microseconds."""
+    count: int = 0
+    sum_us: float = 0.0
+
+    def add(self, seconds: float) -> None:
+        self.count += 1
+        self.sum_us += seconds * 1e6
+
+
+@dataclass
+class ResidencyStats:
+    """SageMaker's endpoint metrics (CloudWatch's names in the comments), read by the metrics page."""
+    invocations: int = 0  # Invocations
+    errors_4xx: int = 0  # Invocation4XXErrors
+    errors_5xx: int = 0  # Invocation5XXErrors
+    model_latency: Timing = field(default_factory=Timing)  # ModelLatency: in the model
+    overhead_latency: Timing = field(default_factory=Timing)  # OverheadLatency: the rest of the request
+    cache_hits: int = 0
+    cache_misses: int = 0
+    evictions: int = 0
+    loading_wait: Timing = field(default_factory=Timing)
+    downloading: Timing = field(default_factory=Timing)
+    loading: Timing = field(default_factory=Timing)
+    unloading: Timing = field(default_factory=Timing)
+    last_evicted: list[tuple[float, str]] = field(default_factory=list)  # (time, target), newest last
+
+
+class Residency:
+    def __init__(self, repository: ModelRepository, control: ModelControl, models_root: Path,
+                 memory_limit: int | None = None, fetch: Fetch | None = None, source_url: str = "") -> None:
+        self.repository = repository
+        self.control = control
+        self.models_root = Path(os.path.abspath(models_root))
+        self.memory_limit = memory_limit
+        self.fetch = fetch
+        self.source_url = source_url
+        self.models: dict[str, Resident] = {}  # by key, as Triton's sagemaker_models_list_
+        self._by_name: dict[str, Resident] = {}
+        self._lock = asyncio.Lock()
+        self._pending: dict[str, asyncio.Future] = {}  # on-demand loads in progress, by target model
+        self._known: dict[str, int] = {}  # target -> memory measured when it was last loaded
+        self._overheads: list[int] = []  # memory beyond the files on disk, per model measured so far
+        self._path = re.compile(rf"({re.escape(str(self.models_root))}/[0-9A-Za-z._]+)/(model)/?([0-9A-Za-z._]+)?")
+        self.stats = ResidencyStats()
+
+    # --- Triton's multi-model API ------------------------------------------------------------------------------
+
+    def locate(self, url: str) -> tuple[Path, str]:
+        """The repository to register for ``url`` and the folder in it that becomes the target model: the url
+        itself when it holds a config.pbtxt, else its ensemble folder, else its model folder (Triton's rule)."""
+        path = os.path.abspath(os.path.normpath(url)) if url else ""
+        if any((path + "/").startswith(prefix) for prefix in _FORBIDDEN):
+            raise UrlRefused(f"Invalid URL: {url}. \"url\" property value cannot start with /dev/, /proc/, or /sys/.")
+        match = self._path.fullmatch(path)
+        if match is None:
+            raise invalid(f"Invalid \"url\" '{url}': expected a path of the form "
+                          f"{self.models_root}/<hash>/model[/<subdir>]")
+        folder = Path(path)
+        if (folder / "config.pbtxt").is_file():
+            return Path(match.group(1)), match.group(2)
+        folders = list(model_dirs(folder))
+        ensembles = [name for name in folders if _is_ensemble(folder / name)]
+        return folder, (ensembles or folders or [""])[-1]
+
+    def get(self, key: str) -> Resident | None:
+        return self.models.get(key)
+
+    def listed(self) -> list[Resident]:
+        return [r for r in self.models.values() if self.repository.is_ready(r.target)]
+
+    async def load(self, key: str, url: str, target: str, folder: Path | None = None) -> Resident:
+        """Register ``url``'s repository under ``key`` and load ``target`` from it, making room first."""
+        async with self._lock:
+            return await self._load(key, url, target, folder)
+
+    async def _load(self, key: str, url: str, target: str, folder: Path | None) -> Resident:
+        repository, model_folder = self.locate(url)
+        if key in self.models:
+            raise InferError(f"model repository '{repository}' has already been registered", Code.ALREADY_EXISTS)
+        disk = _disk_size(repository / model_folder) if model_folder else 0
+        lower = self._known.get(target, disk)
+        if self.memory_limit is not None and lower > self.memory_limit:
+            raise InferError(self._too_big(target, lower), Code.INVALID_ARG)
+        await self._make_room(self._known.get(target, disk + self._overhead()), keep="")
+        self.repository.register(repository, {model_folder: target})
+        before = own_rss()
+        started = time.perf_counter()
+        try:
+            await self.control.load_model(target)
+        except BaseException:
+            await self._discard(repository, [target])
+            raise
+        self.stats.loading.add(time.perf_counter() - started)
+        resident = Resident(key, str(repository), repository, target, folder,
+                            in_process=max(0, own_rss() - before), last_used=time.monotonic())
+        resident.names = [n for n, e in self.repository.models.items()
+                          if e.versions and e.path.parent == repository] or [target]
+        resident.memory = self._measure(resident)
+        self._known[target] = resident.memory
+        self._overheads.append(max(0, resident.memory - disk))
+        if self.memory_limit is not None and resident.memory > self.memory_limit:
+            await self._unload(resident)
+            raise InferError(self._too_big(target, resident.memory), Code.INVALID_ARG)
+        self.models[key] = resident
+        self._by_name[target] = resident
+        log.info("loaded SageMaker model '%s' (key %s): %s%s", target, key, format_size(resident.memory),
+                 f", {format_size(self.used())} of {format_size(self.memory_limit)} in use"
+                 if self.memory_limit is not None else "")
+        await self._make_room(0, keep=key)
+        return resident
+
+    async def unload(self, key: str) -> None:
+        """Unload the model and its dependents and unregister its repository; returns once its worker
+        processes are gone (the memory is released)."""
+        async with self._lock:
+            resident = self.models.get(key)
+            if resident is None:
+                raise not_found(f"model '{key}' is not loaded")
+            await self._unload(resident)
+
+    def touch(self, name: str) -> bool:
+        """An invocation of ``name``: mark it used now. False when no resident model has that name."""
+        resident = self._by_name.get(name)
+        if resident is None:
+            return False
+        resident.last_used = time.monotonic()
+        return True
+
+    # --- the platform's part: on-demand loading ----------------------------------------------------------------
+
+    async def ensure(self, target: str) -> None:
+        """Make ``target`` (an archive's path relative to the model data url) served: a hit touches it, a miss
+        downloads, extracts and loads it. Concurrent misses on one target wait on the same load."""
+        if self.touch(target) and self.repository.is_ready(target):
+            self.stats.cache_hits += 1
+            return
+        self.stats.cache_misses += 1
+        started = time.perf_counter()
+        try:
+            pending = self._pending.get(target)
+            if pending is not None:
+                await asyncio.shield(pending)
+                return
+            future = asyncio.get_running_loop().create_future()
+            self._pending[target] = future
+            try:
+                await self._fetch_and_load(target)
+            except BaseException as exc:
+                future.set_exception(exc)
+                future.exception()  # the waiters get it; nobody else has to
+                raise
+            else:
+                future.set_result(None)
+            finally:
+                del self._pending[target]
+        finally:
+            self.stats.loading_wait.add(time.perf_counter() - started)
+
+    async def _fetch_and_load(self, target: str) -> None:
+        if self.fetch is None:
+            raise not_found(f"model '{target}' is not loaded and no model data url is set "
+                            "(--sagemaker-model-data-url)")
+        from naiad.repository.archive import extract_archive  # only on-demand loading needs tarfile
+
+        key = hashlib.md5(target.encode()).hexdigest()
+        if key in self.models:  # loaded under its key, but not ready (e.g. a worker restarting)
+            raise InferError(f"model '{target}' is not ready", Code.UNAVAILABLE)
+        loop = asyncio.get_running_loop()
+        self.models_root.mkdir(parents=True, exist_ok=True)
+        handle, name = tempfile.mkstemp(prefix=".download-", suffix=".tar.gz", dir=self.models_root)
+        os.close(handle)
+        archive = Path(name)
+        try:
+            started = time.perf_counter()
+            size = await loop.run_in_executor(None, self.fetch, target, archive)
+            # Under the lock: an eviction of this very key may still be removing its folder.
+            async with self._lock:
+                folder = self.models_root / key
+                if folder.exists():
+                    shutil.rmtree(folder, ignore_errors=True)
+                try:
+                    await loop.run_in_executor(None, extract_archive, archive, folder / "model")
+                    self.stats.downloading.add(time.perf_counter() - started)
+                    log.info("fetched '%s' (%s) into %s", target, format_size(size), folder)
+                    await self._load(key, str(folder / "model"), target, folder)
+                except BaseException:
+                    if key not in self.models:
+                        shutil.rmtree(folder, ignore_errors=True)
+                    raise
+        finally:
+            archive.unlink(missing_ok=True)
+
+    # --- memory ------------------------------------------------------------------------------------------------
+
+    def used(self) -> int:
+        return sum(r.memory for r in self.models.values())
+
+    def _measure(self, resident: Resident) -> int:
+        pids = [pid for name in resident.names for pid in self._pids(name)]
+        return processes_memory(pids) + resident.in_process
+
+    def _pids(self, name: str) -> list[int]:
+        entry = self.repository.models.get(name)
+        if entry is None:
+            return []
+        return [pid for model in entry.versions.values() for pid in model.loaded.pids()]
+
+    def _overhead(self) -> int:
+        """What a model took beyond its files so far (interpreter, libraries): the guess for an unknown one."""
+        return int(sum(self._overheads) / len(self._overheads)) if self._overheads else 0
+
+    def _too_big(self, target: str, need: int) -> str:
+        # "Out of memory" makes it a 507, as Triton's SageMaker server answers out-of-memory load failures.
+        return (f"Out of memory: model '{target}' needs {format_size(need)}, more than the memory limit of "
+                f"{format_size(self.memory_limit or 0)} (--model-memory-limit)")
+
+    async def _make_room(self, need: int, keep: str) -> None:
+        """Unload least-recently-used models until ``need`` more bytes fit under the limit. A model that is
+        busy goes after the idle ones; its requests finish before it is finalized either way."""
+        if self.memory_limit is None:
+            return
+        for resident in self.models.values():
+            resident.memory = self._measure(resident)
+        while self.used() + need > self.memory_limit:
+            victims = [r for r in self.models.values() if r.key != keep]
+            if not victims:
+                return
+            victim = min(victims, key=lambda r: (self._busy(r), r.last_used))
+            log.info("evicting '%s' (%s, least recently used) to fit %s under the limit of %s", victim.target,
+                     format_size(victim.memory), format_size(need), format_size(self.memory_limit))
+            await self._unload(victim)
+            self.stats.evictions += 1
+            self.stats.last_evicted = [*self.stats.last_evicted[-19:], (time.time(), victim.target)]
+
+    def _busy(self, resident: Resident) -> bool:
+        return any(m.in_flight for name in resident.names
+                   for m in (self.repository.models[name].versions.values() if name in self.repository.models else ()))
+
+    # --- unloading ---------------------------------------------------------------------------------------------
+
+    async def _unload(self, resident: Resident) -> None:
+        started = time.perf_counter()
+        self._by_name.pop(resident.target, None)
+        self.models.pop(resident.key, None)
+        await self._discard(resident.repository, resident.names)
+        if resident.folder is not None:
+            shutil.rmtree(resident.folder, ignore_errors=True)
+        self.stats.unloading.add(time.perf_counter() - started)
+        log.info("unloaded SageMaker model '%s' (key %s)", resident.target, resident.key)
+
+    async def _discard(self, repository: Path, names: list[str]) -> None:
+        """Unload ``names`` (and their dependents), wait for their finalize(), forget the repository."""
+        for name in names:
+            await self.control.unload_model(name, unload_dependents=True)
+        await self.control.settle()
+        for name, entry in list(self.repository.models.items()):
+            if entry.path.parent == repository and not entry.versions:
+                del self.repository.models[name]
+        self.repository.registered.pop(repository, None)
+
+
+def _is_ensemble(folder: Path) -> bool:
+    try:
+        config, _ = load_config(folder, "")
+    except InferError:
+        return False
+    return config.platform == ENSEMBLE_PLATFORM
+
+
+def _disk_size(folder: Path) -> int:
+    total = 0
+    for root, _, files in os.walk(folder):
+        for name in files:
+            try:
+                total += os.path.getsize(os.path.join(root, name))
+            except OSError:
+                pass
+    return total
