@@ -27,11 +27,14 @@ class RunningServer:
         self.http_port = free_port()
         self.grpc_port = free_port()
         self.metrics_port = free_port()
+        self.sagemaker_port = free_port()  # used when the test passes --allow-sagemaker=true
         self.url = f"127.0.0.1:{self.http_port}"
+        self.sagemaker_url = f"http://127.0.0.1:{self.sagemaker_port}"
         self.grpc_url = f"127.0.0.1:{self.grpc_port}"
         args = [sys.executable, "-m", "naiad", "serve", "--http-port", str(self.http_port),
                 "--http-address", "127.0.0.1", "--grpc-port", str(self.grpc_port), "--grpc-address", "127.0.0.1",
-                "--metrics-port", str(self.metrics_port), "--metrics-address", "127.0.0.1"]
+                "--metrics-port", str(self.metrics_port), "--metrics-address", "127.0.0.1",
+                "--sagemaker-port", str(self.sagemaker_port)]
         for repo in repositories:
             args += ["--model-repository", str(repo)]
         args += list(extra)
@@ -57,14 +60,19 @@ class RunningServer:
         raise RuntimeError(f"naiad did not become {'ready' if ready else 'live'}:\n{self.log()}")
 
     def request(self, method: str, path: str, body: bytes | str | None = None,
-                headers: dict[str, str] | None = None) -> tuple[int, dict[str, str], bytes]:
-        conn = http.client.HTTPConnection("127.0.0.1", self.http_port, timeout=30)
+                headers: dict[str, str] | None = None, port: int | None = None) -> tuple[int, dict[str, str], bytes]:
+        conn = http.client.HTTPConnection("127.0.0.1", port or self.http_port, timeout=60)
         try:
             conn.request(method, path, body=body, headers=headers or {})
             resp = conn.getresponse()
             return resp.status, {k.lower(): v for k, v in resp.getheaders()}, resp.read()
         finally:
             conn.close()
+
+    def sagemaker(self, method: str, path: str, body: bytes | str | None = None,
+                  headers: dict[str, str] | None = None) -> tuple[int, dict[str, str], bytes]:
+        """A request on the SageMaker port, as the platform sends it."""
+        return self.request(method, path, body, headers, self.sagemaker_port)
 
     def log(self) -> str:
         self._log.flush()

@@ -267,6 +267,11 @@ class Residency:
     def used(self) -> int:
         return sum(r.memory for r in self.models.values())
 
+    def refresh(self) -> None:
+        """Measure every loaded model again (workers grow, restart, share pages)."""
+        for resident in self.models.values():
+            resident.memory = self._measure(resident)
+
     def _measure(self, resident: Resident) -> int:
         pids = [pid for name in resident.names for pid in self._pids(name)]
         return processes_memory(pids) + resident.in_process
@@ -291,8 +296,7 @@ class Residency:
         busy goes after the idle ones; its requests finish before it is finalized either way."""
         if self.memory_limit is None:
             return
-        for resident in self.models.values():
-            resident.memory = self._measure(resident)
+        self.refresh()
         while self.used() + need > self.memory_limit:
             victims = [r for r in self.models.values() if r.key != keep]
             if not victims:

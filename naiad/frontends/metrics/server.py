@@ -21,7 +21,9 @@ from naiad.frontends.http.routes import Reply
 from naiad.frontends.metrics.collector import CpuCollector, ModelCollector
 from naiad.frontends.metrics.exposition import CONTENT_TYPE, render
 from naiad.frontends.metrics.options import MetricsOptions
+from naiad.frontends.metrics.sagemaker import SageMakerCollector
 from naiad.repository.manager import ModelRepository
+from naiad.repository.residency import Residency
 
 log = logging.getLogger("naiad.metrics")
 
@@ -36,10 +38,12 @@ class _MetricsRouter:
 
 
 class MetricsService:
-    def __init__(self, repository: ModelRepository, options: MetricsOptions) -> None:
+    def __init__(self, repository: ModelRepository, options: MetricsOptions, residency: Residency | None = None
+                 ) -> None:
         self.options = options
         self.models = ModelCollector(repository)
         self.cpu = CpuCollector() if options.cpu else None
+        self.sagemaker = SageMakerCollector(residency) if residency is not None else None
         self._server: asyncio.base_events.Server | None = None
         self._sampler: asyncio.Task | None = None
 
@@ -51,6 +55,8 @@ class MetricsService:
             except KeyError:
                 pass
         REGISTRY.register(self.models)
+        if self.sagemaker is not None:
+            REGISTRY.register(self.sagemaker)
         if self.cpu is not None:
             REGISTRY.register(self.cpu)
             self._sampler = asyncio.ensure_future(self._sample(self.cpu))
@@ -71,7 +77,7 @@ class MetricsService:
             self._sampler.cancel()
         if self._server is not None:
             self._server.close()
-        for collector in (self.models, self.cpu):
+        for collector in (self.models, self.cpu, self.sagemaker):
             if collector is not None:
                 try:
                     REGISTRY.unregister(collector)
