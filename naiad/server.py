@@ -140,7 +140,7 @@ class Server:
         if self.options.metrics.enabled:
             from naiad.frontends.metrics.server import MetricsService
 
-            self._metrics = MetricsService(self.repository, self.options.metrics)
+            self._metrics = MetricsService(self.repository, self.options.metrics, self.residency)
             await self._metrics.start()
         self.service.live = True
         self.service.accepting = True
