@@ -5,10 +5,12 @@ from __future__ import annotations
 import argparse
 import asyncio
 import logging
+import os
 import sys
 from pathlib import Path
 
 from naiad import __version__
+from naiad.core.errors import InferError
 from naiad.frontends.grpc import options as grpc_options
 from naiad.frontends.metrics import options as metrics_options
 from naiad.frontends.sagemaker import options as sagemaker_options
@@ -36,6 +38,20 @@ def _verbosity(value: str) -> int:
     return int(_bool(value))
 
 
+def _repository(spec: str) -> Path:
+    """A local folder as given; an ``s3://`` prefix or a ``.tar.gz`` becomes a local copy first (Triton
+    downloads s3:// repositories too)."""
+    if not (spec.startswith("s3://") or spec.endswith((".tar.gz", ".tgz", ".tar"))):
+        return Path(spec).resolve()
+    import tempfile
+
+    from naiad.repository.sources import materialize_repository
+
+    cache = Path(tempfile.gettempdir()) / f"naiad-repositories-{os.getuid()}"
+    logging.getLogger("naiad").info("fetching model repository %s", spec)
+    return materialize_repository(spec, cache)
+
+
 def _backend_config(values: list[str]) -> dict[str, dict[str, str]]:
     """``--backend-config=python,shm-default-byte-size=1048576`` -> {"python": {...}}."""
     parsed: dict[str, dict[str, str]] = {}
@@ -59,8 +75,9 @@ def build_parser() -> argparse.ArgumentParser:
                           "as Triton's serve script does, then starts 'naiad serve'")
     sagemaker.add_argument("arguments", nargs=argparse.REMAINDER)
     serve = commands.add_parser("serve", help="serve a Triton model repository")
-    serve.add_argument("--model-repository", "--model-store", action="append", required=True, type=Path,
-                       dest="model_repository", help="model repository folder (repeatable)")
+    serve.add_argument("--model-repository", "--model-store", action="append", required=True,
+                       dest="model_repository",
+                       help="model repository: a folder, an s3://bucket/prefix, or a .tar.gz of one (repeatable)")
     serve.add_argument("--model-config-name", default="", help="use configs/<name>.pbtxt where a model has one")
     serve.add_argument("--disable-auto-complete-config", action="store_true",
                        help="never fill a config from the model itself")
@@ -125,8 +142,13 @@ def serve(args: argparse.Namespace) -> int:
     except ValueError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 1
+    try:
+        repositories = [_repository(spec) for spec in args.model_repository]
+    except InferError as exc:
+        print(f"error: {exc.message}", file=sys.stderr)
+        return 1
     options = ServerOptions(
-        model_repositories=[p.resolve() for p in args.model_repository],
+        model_repositories=repositories,
         model_config_name=args.model_config_name,
         auto_complete=not args.disable_auto_complete_config,
         strict_readiness=args.strict_readiness,
