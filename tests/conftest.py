@@ -21,3 +21,14 @@ def examples_server() -> Iterator[RunningServer]:
     server = RunningServer([EXAMPLES])
     yield server
     server.stop()
+
+
+from tests.s3 import S3Server  # noqa: E402 - appended with its fixture; imports no AWS library itself
+
+
+@pytest.fixture(scope="session")
+def s3_server() -> Iterator[S3Server]:
+    """An S3-compatible store on loopback (moto's server mode), one for the session: use your own buckets."""
+    server = S3Server()
+    yield server
+    server.stop()

@@ -52,6 +52,10 @@ class UrlRefused(InferError):
     """A url under /dev, /proc or /sys: Triton refuses it with a bare 400 and only logs why."""
 
 
+class ArchiveError(InferError):
+    """An on-demand load that failed before the model itself was involved: fetching or extracting its archive."""
+
+
 Fetch = Callable[[str, Path], int]  # (relative archive path, destination file) -> bytes fetched
 
 
@@ -244,14 +248,20 @@ class Residency:
         archive = Path(name)
         try:
             started = time.perf_counter()
-            size = await loop.run_in_executor(None, self.fetch, target, archive)
+            try:
+                size = await loop.run_in_executor(None, self.fetch, target, archive)
+            except InferError as exc:
+                raise ArchiveError(exc.message, exc.code) from None
             # Under the lock: an eviction of this very key may still be removing its folder.
             async with self._lock:
                 folder = self.models_root / key
                 if folder.exists():
                     shutil.rmtree(folder, ignore_errors=True)
                 try:
-                    await loop.run_in_executor(None, extract_archive, archive, folder / "model")
+                    try:
+                        await loop.run_in_executor(None, extract_archive, archive, folder / "model")
+                    except InferError as exc:
+                        raise ArchiveError(exc.message, exc.code) from None
                     self.stats.downloading.add(time.perf_counter() - started)
                     log.info("fetched '%s' (%s) into %s", target, format_size(size), folder)
                     await self._load(key, str(folder / "model"), target, folder)

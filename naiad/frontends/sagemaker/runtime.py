@@ -23,6 +23,7 @@ import orjson
 from naiad.core.errors import Code, InferError
 from naiad.frontends.http.routes import Deferred, Reply, Streamed, error_reply
 from naiad.frontends.sagemaker.routes import TARGET_MODEL, sagemaker_error
+from naiad.repository.residency import ArchiveError
 
 if TYPE_CHECKING:
     from naiad.frontends.sagemaker.routes import SageMakerRouter
@@ -82,7 +83,7 @@ class RuntimeDoor:
         try:
             await self.residency.ensure(target)
         except InferError as exc:
-            return self._load_failed(target, exc)
+            return self._load_failed(target, exc, endpoint)
         result = self._run(target, headers, body, stream, endpoint, started, sagemaker_error)
         if not isinstance(result, Deferred):
             return result
@@ -93,16 +94,19 @@ class RuntimeDoor:
             raise
         return result.finish(result.future)
 
-    def _load_failed(self, target: str, error: InferError) -> Reply:
-        self.router.stats.invocations += 1
-        if error.code == Code.NOT_FOUND:
-            self.router.stats.errors_4xx += 1
+    def _load_failed(self, target: str, error: InferError, endpoint: str) -> Reply:
+        """A target model that could not be made ready: its archive is the caller's (ValidationError) unless
+        the store could not be reached; the model's own load failure is the container's answer (ModelError)."""
+        stats = self.router.stats
+        stats.invocations += 1
+        if isinstance(error, ArchiveError) and error.code == Code.UNAVAILABLE:
+            stats.errors_5xx += 1
+            return service_error(503, "ServiceUnavailable", f"Could not fetch TargetModel '{target}': {error.message}")
+        if isinstance(error, ArchiveError) or error.code == Code.NOT_FOUND:
+            stats.errors_4xx += 1
             return validation_error(f"Failed to download model data for TargetModel '{target}': {error.message}")
-        if error.code == Code.INVALID_ARG and not error.message.startswith("Out of memory"):
-            self.router.stats.errors_4xx += 1
-            return self._model_error(sagemaker_error(error), "")
-        self.router.stats.errors_5xx += 1
-        return self._model_error(sagemaker_error(error), "")
+        stats.errors_4xx += 1  # a 424, whatever the container said
+        return self._model_error(sagemaker_error(error), endpoint)
 
     def _run(self, name: str, headers: dict[bytes, bytes], body: bytes | bytearray, stream: bool, endpoint: str,
              started: float, failed) -> Reply | Deferred | Streamed:

@@ -196,12 +196,20 @@ def test_bad_archives_are_refused_and_nothing_escapes(endpoint: RunningServer, a
     assert answer["ResponseMetadata"]["HTTPStatusCode"] == 200
 
 
-def test_response_stream_of_a_decoupled_model(endpoint: RunningServer) -> None:
-    answer = runtime(endpoint).invoke_endpoint_with_response_stream(
-        EndpointName="local", TargetModel="repeat.tar.gz", ContentType="application/json", Body=json.dumps({"N": 3}))
-    parts = [event["PayloadPart"]["Bytes"] for event in answer["Body"]]
-    events = [json.loads(part.decode().removeprefix("data: ")) for part in parts]
-    assert [e["I"] for e in events] == [0, 1, 2]
+def test_response_stream_of_a_decoupled_model(tmp_path: Path) -> None:
+    # SageMaker streams only single-model endpoints (the operation takes no TargetModel).
+    write_model(tmp_path, "repeat", REPEAT_CONFIG, REPEAT_PY)
+    running = RunningServer([tmp_path], "--allow-sagemaker=true", "--allow-grpc=false",
+                            "--model-control-mode=explicit", "--load-model=repeat",
+                            env={"SAGEMAKER_TRITON_DEFAULT_MODEL_NAME": "repeat"})
+    try:
+        answer = runtime(running).invoke_endpoint_with_response_stream(
+            EndpointName="local", ContentType="application/json", Body=json.dumps({"N": 3}))
+        parts = [event["PayloadPart"]["Bytes"] for event in answer["Body"]]
+        events = [json.loads(part.decode().removeprefix("data: ")) for part in parts]
+        assert [e["I"] for e in events] == [0, 1, 2]
+    finally:
+        running.stop()
 
 
 def test_metrics_count_hits_and_loads(endpoint: RunningServer) -> None:
