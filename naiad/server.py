@@ -8,6 +8,7 @@ import signal
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from naiad.core.errors import InferError
 from naiad.frontends.grpc.options import GrpcOptions
 from naiad.frontends.http.protocol import HttpProtocol
 from naiad.frontends.http.routes import Router
@@ -69,6 +70,8 @@ class Server:
             self.residency = self._residency(repository, self.control, options)
         except ValueError as exc:
             raise SystemExit(f"error: {exc}") from None
+        except InferError as exc:  # e.g. a malformed --sagemaker-model-data-url
+            raise SystemExit(f"error: {exc.message}") from None
         self.repository = repository
         if cache is not None:
             register_cache_metrics(lambda: (

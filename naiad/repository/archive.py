@@ -25,7 +25,7 @@ from typing import IO
 
 from naiad.core.errors import internal, invalid, not_found
 
-DEFAULT_MAX_BYTES = 64 << 30  # 64 GiB: larger than any model SageMaker hosts from one archive
+DEFAULT_MAX_BYTES = 64 << 30  # 64 GiB: room for large models, and still a bound on a hostile archive
 DEFAULT_MAX_MEMBERS = 100_000
 _CHUNK = 1 << 20
 _HEADER_ALLOWANCE = 4096  # per member: its header, padding and long-name / pax records

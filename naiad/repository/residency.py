@@ -19,6 +19,7 @@ import shutil
 import tempfile
 import time
 from dataclasses import dataclass, field
+from functools import partial
 from pathlib import Path
 from typing import Callable
 
@@ -121,7 +122,7 @@ class Residency:
 
     # --- Triton's multi-model API ------------------------------------------------------------------------------
 
-    def locate(self, url: str) -> tuple[Path, str]:
+    def locate(self, url: str, target: str = "") -> tuple[Path, str]:
         """The repository to register for ``url`` and the folder in it that becomes the target model: the url
         itself when it holds a config.pbtxt, else its ensemble folder, else its model folder (Triton's rule)."""
         path = os.path.abspath(os.path.normpath(url)) if url else ""
@@ -132,7 +133,12 @@ class Residency:
             raise invalid(f"Invalid \"url\" '{url}': expected a path of the form "
                           f"{self.models_root}/<hash>/model[/<subdir>]")
         folder = Path(path)
+        if not folder.is_dir():
+            raise invalid(f"failed to register '{url}', repository not found")
         if (folder / "config.pbtxt").is_file():
+            if match.group(3):
+                # Triton registers <root>/<key> and loads its 'model' folder, which isn't this one.
+                raise invalid(f"failed to load '{target}', failed to poll from model repository")
             return Path(match.group(1)), match.group(2)
         folders = list(model_dirs(folder))
         ensembles = [name for name in folders if _is_ensemble(folder / name)]
@@ -150,7 +156,7 @@ class Residency:
             return await self._load(key, url, target, folder)
 
     async def _load(self, key: str, url: str, target: str, folder: Path | None) -> Resident:
-        repository, model_folder = self.locate(url)
+        repository, model_folder = self.locate(url, target)
         if key in self.models:
             raise InferError(f"model repository '{repository}' has already been registered", Code.ALREADY_EXISTS)
         disk = _disk_size(repository / model_folder) if model_folder else 0
@@ -259,7 +265,7 @@ class Residency:
                     shutil.rmtree(folder, ignore_errors=True)
                 try:
                     try:
-                        await loop.run_in_executor(None, extract_archive, archive, folder / "model")
+                        await loop.run_in_executor(None, partial(extract_archive, label=target), archive, folder / "model")
                     except InferError as exc:
                         raise ArchiveError(exc.message, exc.code) from None
                     self.stats.downloading.add(time.perf_counter() - started)

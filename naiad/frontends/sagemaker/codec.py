@@ -5,7 +5,7 @@ tensors; N=0: the whole body is the raw input of a single-input model).
 
 from __future__ import annotations
 
-from naiad.core.errors import invalid
+from naiad.core.errors import Code, InferError, invalid
 from naiad.core.request import InferRequest, InferResponse
 from naiad.frontends.http.codec import OutputOptions, decode_request, encode_response
 
@@ -50,7 +50,12 @@ def header_length(headers: dict[bytes, bytes], body_length: int) -> int:
 
 def decode(body: bytes | bytearray, headers: dict[bytes, bytes], model: str) -> tuple[InferRequest, OutputOptions]:
     length = header_length(headers, len(body))
-    return decode_request(body, None if length == len(body) and length else length, model, "")
+    try:
+        return decode_request(body, None if length == len(body) and length else length, model, "")
+    except InferError as exc:
+        if exc.message.startswith("failed to parse the request JSON buffer"):
+            exc.code = Code.INTERNAL  # Triton's SageMaker route reports every unparsable header as INTERNAL
+        raise
 
 
 def encode(response: InferResponse, options: OutputOptions, labels: dict[str, list[str]] | None

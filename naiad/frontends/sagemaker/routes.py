@@ -98,8 +98,9 @@ class SageMakerRouter:
             return self.http.generate(name, "", body, kind == "generate_stream")
         if method != b"POST":
             return Reply(405, orjson.dumps({"error": "Method Not Allowed"}))
-        # Failures before the model answers keep Triton's HTTP status mapping here (HandleInfer's).
-        return self.infer(name, headers, body, error_reply)
+        # Failures before the model answers keep Triton's HTTP status mapping here (HandleInfer's), but for
+        # an unknown default model, which Triton 2.51 answers with 400.
+        return self.infer(name, headers, body, _invocations_error)
 
     # --- inference, shared by /invocations, /models/<m>/invoke and the runtime front door ----------------------
 
@@ -207,6 +208,12 @@ class SageMakerRouter:
         target = headers.get(TARGET_MODEL, b"").decode() or key
         log.info("Invoking SageMaker TargetModel: %s", target)
         return self.infer(target, headers, body, sagemaker_error)
+
+
+def _invocations_error(error: InferError) -> Reply:
+    if error.code == Code.NOT_FOUND and error.message.endswith("is not found"):
+        return Reply(400, orjson.dumps({"error": error.message}))
+    return error_reply(error)
 
 
 def bare_json(status: int, message: str) -> Reply:
