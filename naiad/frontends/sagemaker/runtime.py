@@ -35,15 +35,16 @@ _VARIANT = [(b"x-Amzn-Invoked-Production-Variant", b"AllTraffic")]
 _ERROR_TYPE = b"x-amzn-ErrorType"
 
 
-def service_error(status: int, code: str, message: str, **members: object) -> Reply:
-    """An error as the runtime service sends it: botocore reads the code from ``x-amzn-ErrorType``."""
-    body = {"message": message, **members} if not members else {"Message": message, **members}
+def service_error(status: int, code: str, message: str, error_code: str = "", **members: object) -> Reply:
+    """An error as the runtime service sends it: botocore reads the code from ``x-amzn-ErrorType``; the body
+    carries SageMaker's ``ErrorCode`` and ``Message`` (and a ModelError's own members)."""
+    body = {"ErrorCode": error_code or code, "Message": message, **members}
     return Reply(status, orjson.dumps(body),
                  headers=[(_ERROR_TYPE, f"{code}:http://internal.amazon.com/coral/com.amazon.sagemaker/".encode())])
 
 
-def validation_error(message: str) -> Reply:
-    return service_error(400, "ValidationError", message)
+def validation_error(message: str, error_code: str = "VALIDATION_ERROR") -> Reply:
+    return service_error(400, "ValidationError", message, error_code)
 
 
 class RuntimeDoor:
@@ -64,11 +65,11 @@ class RuntimeDoor:
         stream = operation == "invocations-response-stream"
         if self.options.multi_model:
             if not target:
-                return validation_error(f"Endpoint {endpoint} is a multi-model endpoint: the request must name a "
-                                        "TargetModel")
+                return validation_error(f"Request is missing a target model header: endpoint {endpoint} is a "
+                                        "multi-model endpoint", "TARGET_MODEL_HEADER_MISSING")
         elif target:
-            return validation_error(f"Endpoint {endpoint} is not a multi-model endpoint and does not support "
-                                    "TargetModel")
+            return validation_error(f"Endpoint {endpoint} is not a multi-model endpoint and does not support target "
+                                    "model header.", "TARGET_MODEL_HEADER_NOT_SUPPORTED")
         started = time.perf_counter()
         if not self.options.multi_model:
             return self._run(self.options.default_model, headers, body, stream, endpoint, started, error_reply)
@@ -101,7 +102,8 @@ class RuntimeDoor:
         stats.invocations += 1
         if isinstance(error, ArchiveError) and error.code == Code.UNAVAILABLE:
             stats.errors_5xx += 1
-            return service_error(503, "ServiceUnavailable", f"Could not fetch TargetModel '{target}': {error.message}")
+            return service_error(503, "ServiceUnavailable", f"Could not fetch TargetModel '{target}': {error.message}",
+                                 "SERVICE_UNAVAILABLE")
         if isinstance(error, ArchiveError) or error.code == Code.NOT_FOUND:
             stats.errors_4xx += 1
             return validation_error(f"Failed to download model data for TargetModel '{target}': {error.message}")
@@ -130,7 +132,9 @@ class RuntimeDoor:
         side = "client" if reply.status < 500 else "server"
         message = (f"Received {side} error ({reply.status}) from primary with message \"{text}\". "
                    "See the naiad server log for more information.")
-        return service_error(424, "ModelError", message, OriginalStatusCode=reply.status, OriginalMessage=text,
+        error_code = "CLIENT_ERROR_FROM_MODEL" if reply.status < 500 else "SERVER_ERROR_FROM_MODEL"
+        return service_error(424, "ModelError", message, error_code, OriginalStatusCode=reply.status,
+                             OriginalMessage=text,
                              LogStreamArn=f"naiad:endpoint/{endpoint}" if endpoint else "naiad")
 
     # --- response streams --------------------------------------------------------------------------------------
