@@ -24,7 +24,7 @@ Archive layout: a repository of one model, ``model_NN/config.pbtxt`` and ``model
 at the archive's top level. Archives are built once into ``--work-dir`` and reused while their parameters match.
 
     flock /tmp/naiad-bench.lock python benchmarks/sagemaker_mme.py --out /tmp/mme.json
-    python benchmarks/sagemaker_mme.py --models 6 --requests 200 --threads 4 --weights-mb 4   # quick run
+    python benchmarks/sagemaker_mme.py --models 12 --requests 300 --threads 4 --weights-mb 4 --fit 4   # quick run
     python benchmarks/sagemaker_mme.py --self-check                                            # offline checks
 
 Needs boto3, moto (server mode), numpy, psutil and taskset. See benchmarks/README.md.
@@ -735,7 +735,7 @@ def upload(data_dir: Path, models: int, s3: Any) -> None:
 def run(args: Args) -> dict[str, Any]:
     if args.load_cpu is not None:
         os.sched_setaffinity(0, {args.load_cpu})  # the clients, and moto, which inherits it
-    data_dir = args.work_dir / "archives"
+    data_dir = args.work_dir / f"archives-{args.weights_mb:g}mb-seed{args.seed}"  # quick runs keep the default set
     heads = build_archives(data_dir, args.models, args.weights_mb, args.seed, say)
     trace = zipf_trace(args.models, args.requests, args.zipf_s, args.seed)
     config = {**{k: str(v) if isinstance(v, Path) else v for k, v in asdict(args).items()},

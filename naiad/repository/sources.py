@@ -191,7 +191,9 @@ class ModelDataSource:
         try:
             head = client.head_object(Bucket=self.bucket, Key=key)
             progress = _Progress(f"{_SCHEME}{self.bucket}/{key}", int(head.get("ContentLength", 0)))
-            client.download_file(self.bucket, key, str(dest), Callback=progress)
+            # Two 8 MiB parts at a time: the default (10 threads) holds far more in the server than a model
+            # download is worth, outside --model-memory-limit.
+            client.download_file(self.bucket, key, str(dest), Callback=progress, Config=_transfer_config())
         except Exception as exc:  # botocore's, s3transfer's and boto3's errors have no common base
             raise _s3_failure(exc, missing, action) from None
         progress.finish()
@@ -335,3 +337,9 @@ def _download_all(client: Any, bucket: str, targets: dict[Path, str], spec: str)
             except Exception as exc:
                 raise _s3_failure(exc, f"model repository '{spec}': object '{key}' disappeared while downloading",
                                   f"cannot download '{_SCHEME}{bucket}/{key}' of model repository '{spec}'") from None
+
+
+def _transfer_config() -> Any:
+    from boto3.s3.transfer import TransferConfig
+
+    return TransferConfig(max_concurrency=2, multipart_chunksize=8 << 20, max_io_queue=16)
