@@ -95,6 +95,9 @@ class Target:
 class Row(Result):
     route: str = ""
     ratio_vs_v2: float | None = None  # this route's req/s over the same server's v2 route, same connections
+    # CPU seconds of the server's process tree per wall second: ~1.0 when it had its core to itself and kept
+    # it busy; well below 1.0 at c=64 means something else took the core and req/s understates the server.
+    core_share: float | None = None
 
 
 # ---------------------------------------------------------------------------------------------
@@ -307,10 +310,14 @@ def bench(target: Target, routes: list[Route], args: argparse.Namespace, workdir
                 res = to_result(server.name, conns, run_wrk(target.url(route), route.lua, conns, args.duration,
                                                             args.wrk_cpu))
                 row = Row(**asdict(res), route=route.name)
+                used = tree_cpu_seconds(proc.pid) - cpu0
                 if res.requests:
-                    row.cpu_us_per_request = round((tree_cpu_seconds(proc.pid) - cpu0) * 1e6 / res.requests, 1)
+                    row.cpu_us_per_request = round(used * 1e6 / res.requests, 1)
+                if res.duration_s:
+                    row.core_share = round(used / res.duration_s, 2)
                 log(f"[{server.name}] {route.name:<6} c={conns:<4} {row.rps:>10.1f} req/s  p50 {row.p50_ms:.2f} ms"
-                    f"  p99 {row.p99_ms:.2f} ms  errors {row.errors}  cpu {row.cpu_us_per_request} us/req")
+                    f"  p99 {row.p99_ms:.2f} ms  errors {row.errors}  cpu {row.cpu_us_per_request} us/req"
+                    f"  core {row.core_share}")
                 rows.append(row)
         if proc.poll() is not None:
             raise RuntimeError(f"server exited with code {proc.returncode} during the run")
@@ -369,7 +376,7 @@ def add_ratios(rows: list[Row]) -> None:
 
 def table(rows: list[Row]) -> str:
     head = (f"{'server':<7} {'route':<7} {'conns':>5} {'req/s':>9} {'p50 ms':>7} {'p99 ms':>7} {'errors':>6}"
-            f" {'cpu us/req':>10} {'vs triton':>9} {'vs v2':>6}")
+            f" {'cpu us/req':>10} {'core':>5} {'vs triton':>9} {'vs v2':>6}")
     lines = [head, "-" * len(head)]
 
     def fmt(x: float | None, spec: str, suffix: str = "") -> str:
@@ -377,7 +384,7 @@ def table(rows: list[Row]) -> str:
 
     for r in sorted(rows, key=lambda r: (r.connections, ROUTES.index(r.route), SERVERS.index(r.server))):
         lines.append(f"{r.server:<7} {r.route:<7} {r.connections:>5} {r.rps:>9.1f} {r.p50_ms:>7.2f} {r.p99_ms:>7.2f}"
-                     f" {r.errors:>6} {fmt(r.cpu_us_per_request, '.1f'):>10}"
+                     f" {r.errors:>6} {fmt(r.cpu_us_per_request, '.1f'):>10} {fmt(r.core_share, '.2f'):>5}"
                      f" {fmt(r.ratio_vs_triton, '.2f', 'x'):>9} {fmt(r.ratio_vs_v2, '.2f', 'x'):>6}")
     return "\n".join(lines)
 
