@@ -210,11 +210,17 @@ class Residency:
 
     # --- the platform's part: on-demand loading ----------------------------------------------------------------
 
+    def hit(self, target: str) -> bool:
+        """A cache hit: ``target`` is loaded and ready; it is marked used now and counted."""
+        if self.touch(target) and self.repository.is_ready(target):
+            self.stats.cache_hits += 1
+            return True
+        return False
+
     async def ensure(self, target: str) -> None:
         """Make ``target`` (an archive's path relative to the model data url) served: a hit touches it, a miss
         downloads, extracts and loads it. Concurrent misses on one target wait on the same load."""
-        if self.touch(target) and self.repository.is_ready(target):
-            self.stats.cache_hits += 1
+        if self.hit(target):
             return
         self.stats.cache_misses += 1
         started = time.perf_counter()

@@ -73,8 +73,7 @@ class RuntimeDoor:
         started = time.perf_counter()
         if not self.options.multi_model:
             return self._run(self.options.default_model, headers, body, stream, endpoint, started, error_reply)
-        if self.residency.touch(target) and self.router.service.repository.is_ready(target):
-            self.residency.stats.cache_hits += 1  # the hot path: no task, no wait
+        if self.residency.hit(target):  # the hot path: no task, no wait
             return self._run(target, headers, body, stream, endpoint, started, sagemaker_error)
         return Deferred(asyncio.ensure_future(self._load_then_run(target, headers, body, stream, endpoint, started)),
                         lambda f: f.result())
