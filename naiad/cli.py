@@ -27,7 +27,7 @@ def _bool(value: str | bool) -> bool:
     raise argparse.ArgumentTypeError(f"expected true or false, got '{value}'")
 
 
-def _flag(parser: argparse.ArgumentParser, name: str, default: bool, help: str) -> None:
+def _flag(parser: argparse._ActionsContainer, name: str, default: bool, help: str) -> None:
     parser.add_argument(name, type=_bool, nargs="?", const=True, default=default, metavar="BOOL", help=help)
 
 
@@ -74,13 +74,21 @@ def build_parser() -> argparse.ArgumentParser:
         "sagemaker", help="run as a SageMaker container: 'naiad sagemaker serve' reads SageMaker's environment "
                           "as Triton's serve script does, then starts 'naiad serve'")
     sagemaker.add_argument("arguments", nargs=argparse.REMAINDER)
-    serve = commands.add_parser("serve", help="serve a Triton model repository")
+    serve = commands.add_parser("serve", help="serve a Triton model repository",
+                                formatter_class=argparse.ArgumentDefaultsHelpFormatter)
     serve.add_argument("--model-repository", "--model-store", action="append", required=True,
                        dest="model_repository",
                        help="model repository: a folder, an s3://bucket/prefix, or a .tar.gz of one (repeatable)")
     serve.add_argument("--model-config-name", default="", help="use configs/<name>.pbtxt where a model has one")
     serve.add_argument("--disable-auto-complete-config", action="store_true",
                        help="never fill a config from the model itself")
+    serve.add_argument("--strict-model-config", type=_bool, nargs="?", const=True, default=None, metavar="BOOL",
+                       help="deprecated Triton spelling: true is --disable-auto-complete-config")
+    serve.add_argument("--model-load-thread-count", type=int, default=4, metavar="N",
+                       help="models loaded side by side at start-up")
+    serve.add_argument("--model-load-retry-count", type=int, default=0, metavar="N",
+                       help="further attempts to load a model version that failed")
+    serve.add_argument("--id", default="naiad", help="the server's name in server metadata")
     serve.add_argument("--model-control-mode", choices=["none", "explicit", "poll"], default="none",
                        help="none: load every model once; explicit: load / unload on request; poll: follow changes")
     serve.add_argument("--load-model", action="append", default=[], metavar="NAME",
@@ -88,33 +96,65 @@ def build_parser() -> argparse.ArgumentParser:
     serve.add_argument("--repository-poll-secs", type=float, default=15.0,
                        help="poll mode: seconds between two scans of the model repositories")
     _flag(serve, "--strict-readiness", True, "ready only when every model is ready")
-    _flag(serve, "--exit-on-error", False, "exit when any model fails to load (Triton's default is true)")
+    _flag(serve, "--exit-on-error", True, "exit (code 1) when a model fails to load or a repository is missing; "
+                                          "false: serve the models that loaded")
     serve.add_argument("--exit-timeout-secs", type=float, default=30.0,
                        help="how long shutdown waits for in-flight requests")
     _flag(serve, "--allow-http", True, "serve KServe v2 over HTTP")
-    serve.add_argument("--http-port", type=int, default=8000)
-    serve.add_argument("--http-address", default="0.0.0.0")
+    serve.add_argument("--http-port", type=int, default=8000, help="KServe v2 HTTP port")
+    serve.add_argument("--http-address", default="0.0.0.0", help="address the HTTP server binds")
     serve.add_argument("--http-max-input-size", type=int, default=64 * 1024 * 1024,
                        help="largest request body accepted, in bytes")
+    _flag(serve, "--reuse-http-port", False, "let several servers listen on the HTTP port (SO_REUSEPORT)")
     grpc_options.add_arguments(serve, _flag)
     metrics_options.add_arguments(serve, _flag)
     sagemaker_options.add_arguments(serve, _flag)
-    _flag(serve, "--model-namespacing", False,
-          "accepted for Triton compatibility; naiad serves one model per name across repositories")
-    serve.add_argument("--buffer-manager-thread-count", type=int, default=0,
-                       help="accepted for Triton compatibility; naiad has no buffer manager threads")
-    serve.add_argument("--backend-config", action="append", default=[], metavar="BACKEND,KEY=VALUE")
+    serve.add_argument("--backend-config", action="append", default=[], metavar="BACKEND,KEY=VALUE",
+                       help="a backend setting, e.g. python,shm-default-byte-size=1048576 (repeatable)")
     serve.add_argument("--cache-config", action="append", default=[], metavar="CACHE,KEY=VALUE",
                        help="response cache, e.g. local,size=1048576 (models opt in with response_cache)")
+    serve.add_argument("--response-cache-byte-size", type=int, default=None, metavar="BYTES",
+                       help="deprecated Triton spelling of --cache-config local,size=BYTES")
     serve.add_argument("--rate-limit", choices=["off", "execution_count"], default="off",
                        help="execution_count: instances run only when their rate_limiter resources are free")
     serve.add_argument("--rate-limit-resource", action="append", default=[], metavar="NAME:COUNT[:DEVICE]",
-                       help="resources available to the rate limiter (default: the most any instance asks for)")
-    serve.add_argument("--log-verbose", type=_verbosity, default=0, metavar="LEVEL")
+                       help="resources available to the rate limiter (none given: the most any instance asks for)")
+    serve.add_argument("--log-verbose", type=_verbosity, default=0, metavar="LEVEL",
+                       help="1 and up: debug lines, including a traceback for each failed model execution")
     _flag(serve, "--log-info", True, "log informational messages")
     _flag(serve, "--log-warning", True, "log warnings")
     _flag(serve, "--log-error", True, "log errors")
+    _compatibility_flags(serve)
     return parser
+
+
+def _compatibility_flags(serve: argparse.ArgumentParser) -> None:
+    """Flags that concern GPUs or Triton's C++ internals: accepted, so a tritonserver command line runs
+    unchanged, and listed here as having no effect."""
+    group = serve.add_argument_group(
+        "accepted for Triton compatibility, no effect in naiad",
+        "naiad runs on CPUs from Python packages: no backend or repository-agent libraries to load, no pinned or "
+        "CUDA memory pools, one event loop for HTTP.")
+    text = {
+        "--backend-directory": ("/opt/tritonserver/backends", "backends are Python packages here"),
+        "--repoagent-directory": ("/opt/tritonserver/repoagents", "no repository agents"),
+        "--cache-directory": ("/opt/tritonserver/caches", "the local response cache is built in"),
+        "--pinned-memory-pool-byte-size": ("268435456", "no pinned memory without CUDA"),
+        "--min-supported-compute-capability": ("6.0", "no GPUs are used"),
+        "--buffer-manager-thread-count": ("0", "tensors are not copied by helper threads"),
+        "--http-thread-count": ("8", "HTTP is served on the event loop, without a thread pool"),
+    }
+    for name, (default, why) in text.items():
+        group.add_argument(name, default=default, metavar="VALUE", help=why)
+    for name, example, why in (
+        ("--cuda-memory-pool-byte-size", "<device>:<bytes>", "no CUDA"),
+        ("--cuda-virtual-address-size", "<device>:<bytes>", "no CUDA"),
+        ("--host-policy", "<name>,<setting>=<value>", "no NUMA or core pinning"),
+        ("--model-load-gpu-limit", "<device>:<fraction>", "no GPUs are used"),
+    ):
+        group.add_argument(name, action="append", default=[], metavar=example, help=f"{why} (repeatable)")
+    _flag(group, "--enable-peer-access", True, "no GPUs are used")
+    _flag(group, "--model-namespacing", False, "one model per name across repositories")
 
 
 def _configure_logging(args: argparse.Namespace) -> None:
@@ -139,6 +179,7 @@ def serve(args: argparse.Namespace) -> int:
     _configure_logging(args)
     try:
         sagemaker = sagemaker_options.from_args(args)
+        metrics = metrics_options.from_args(args)
     except ValueError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 1
@@ -150,7 +191,11 @@ def serve(args: argparse.Namespace) -> int:
     options = ServerOptions(
         model_repositories=repositories,
         model_config_name=args.model_config_name,
-        auto_complete=not args.disable_auto_complete_config,
+        # --strict-model-config=true is the old spelling of --disable-auto-complete-config, as in Triton.
+        auto_complete=not (args.disable_auto_complete_config or args.strict_model_config),
+        load_threads=args.model_load_thread_count,
+        load_retries=args.model_load_retry_count,
+        server_id=args.id,
         strict_readiness=args.strict_readiness,
         exit_on_error=args.exit_on_error,
         exit_timeout_secs=args.exit_timeout_secs,
@@ -158,15 +203,17 @@ def serve(args: argparse.Namespace) -> int:
         http_address=args.http_address,
         http_port=args.http_port,
         http_max_input_size=args.http_max_input_size,
+        reuse_http_port=args.reuse_http_port,
         backend_config=_backend_config(args.backend_config),
-        cache_config=args.cache_config,
+        cache_config=args.cache_config + ([f"local,size={args.response_cache_byte_size}"]
+                                          if args.response_cache_byte_size is not None else []),
         rate_limit=args.rate_limit,
         rate_limit_resources=args.rate_limit_resource,
         model_control_mode=args.model_control_mode,
         load_models=args.load_model,
         repository_poll_secs=args.repository_poll_secs,
         grpc=grpc_options.from_args(args),
-        metrics=metrics_options.from_args(args),
+        metrics=metrics,
         sagemaker=sagemaker,
     )
     try:

@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import asyncio
+import errno
 import logging
 import signal
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from naiad.core.errors import InferError
+from naiad.core.errors import STATUS_NAMES, InferError, internal, invalid
+from naiad.core.stats import ModelStats
 from naiad.frontends.grpc.options import GrpcOptions
 from naiad.frontends.http.protocol import HttpProtocol
 from naiad.frontends.http.routes import Router
@@ -30,13 +32,17 @@ class ServerOptions:
     model_repositories: list[Path]
     model_config_name: str = ""
     auto_complete: bool = True
+    load_threads: int = 4
+    load_retries: int = 0
+    server_id: str = "naiad"
     strict_readiness: bool = True
-    exit_on_error: bool = False
+    exit_on_error: bool = True
     exit_timeout_secs: float = 30.0
     allow_http: bool = True
     http_address: str = "0.0.0.0"
     http_port: int = 8000
     http_max_input_size: int = 64 * 1024 * 1024
+    reuse_http_port: bool = False
     backend_config: dict[str, dict[str, str]] = field(default_factory=dict)
     cache_config: list[str] = field(default_factory=list)
     rate_limit: str = "off"
@@ -52,6 +58,8 @@ class ServerOptions:
 class Server:
     def __init__(self, options: ServerOptions) -> None:
         self.options = options
+        # Before any model loads: each version's statistics keep a window only when summaries are on.
+        ModelStats.summaries = options.metrics.enabled and options.metrics.summary_latencies
         try:
             cache = ResponseCache.parse(options.cache_config)
             limiter = None
@@ -64,6 +72,8 @@ class Server:
                 backend_config=options.backend_config,
                 response_cache=cache,
                 rate_limiter=limiter,
+                load_threads=options.load_threads,
+                load_retries=options.load_retries,
             ))
             self.control = ModelControl(repository, options.model_control_mode, options.load_models,
                                         options.repository_poll_secs)
@@ -80,6 +90,7 @@ class Server:
             ))
         self.service = Service(self.repository, strict_readiness=options.strict_readiness, control=self.control,
                                residency=self.residency)
+        self.service.server_id = options.server_id
         self._servers: list[asyncio.base_events.Server] = []
         self._grpc = None  # grpc.aio.Server
         self._metrics = None  # MetricsService
@@ -104,35 +115,37 @@ class Server:
             fetch = ModelDataSource(sagemaker.model_data_url).fetch
         return Residency(repository, control, sagemaker.models_root, limit, fetch, sagemaker.model_data_url)
 
+    def _check_repositories(self) -> InferError | None:
+        """Triton refuses to create a server on a repository path that is not a folder."""
+        for path in self.options.model_repositories:
+            if not path.exists():
+                return internal(f"failed to stat file {path}")
+            if not path.is_dir():
+                return invalid("repository path is not a valid directory")
+        return None
+
     async def start(self) -> None:
-        self.control.load_startup()
-        await self.repository.warm_up()  # before any front end opens: no version is READY un-warmed
-        for row in self.repository.index():
-            log.info("model %-24s version %-4s %s%s", row["name"], row.get("version", "-"), row["state"],
-                     f" ({row['reason']})" if row.get("reason") else "")
-        if self.options.exit_on_error and not self.repository.all_ready():
-            raise SystemExit("error: failed to load all models (--exit-on-error=true)")
-        loop = asyncio.get_running_loop()
+        failure = self._check_repositories()
+        if failure is not None:
+            message = f"{STATUS_NAMES[failure.code]} - {failure.message}"
+            if self.options.exit_on_error:
+                raise SystemExit(f"error: creating server: {message}")
+            # Triton then serves with no models, neither live nor ready: health checks fail, as they should.
+            log.error("%s: %s", STATUS_NAMES[failure.code], failure.message)
+            self.service.failure = failure
+        else:
+            await self._load_models()
         if self.options.allow_http:
             router = Router(self.service)
-            max_body = self.options.http_max_input_size
-            server = await loop.create_server(
-                lambda: HttpProtocol(router, max_body),
-                self.options.http_address, self.options.http_port, reuse_address=True, backlog=2048,
-            )
-            self._servers.append(server)
+            await self._listen("HTTP", router, self.options.http_address, self.options.http_port,
+                               self.options.reuse_http_port)
             log.info("Started HTTPService at %s:%d", self.options.http_address, self.options.http_port)
         if self.options.sagemaker.enabled:
             from naiad.frontends.sagemaker.routes import SageMakerRouter
 
             sagemaker = self.options.sagemaker
-            sagemaker_router = SageMakerRouter(self.service, sagemaker)
-            max_body = self.options.http_max_input_size
-            server = await loop.create_server(
-                lambda: HttpProtocol(sagemaker_router, max_body),
-                sagemaker.address, sagemaker.port, reuse_address=True, backlog=2048,
-            )
-            self._servers.append(server)
+            await self._listen("Sagemaker", SageMakerRouter(self.service, sagemaker), sagemaker.address,
+                               sagemaker.port)
             log.info("Started Sagemaker HTTPService at %s:%d", sagemaker.address, sagemaker.port)
         if self.options.grpc.enabled:
             from naiad.frontends.grpc import (
@@ -144,10 +157,37 @@ class Server:
             from naiad.frontends.metrics.server import MetricsService
 
             self._metrics = MetricsService(self.repository, self.options.metrics, self.residency)
-            await self._metrics.start()
-        self.service.live = True
-        self.service.accepting = True
-        self.control.start_polling()
+            try:
+                await self._metrics.start()
+            except OSError as exc:
+                raise SystemExit(_bind_error("Metrics", self.options.metrics.address, self.options.metrics.port,
+                                             exc)) from None
+        if failure is None:
+            self.service.live = True
+            self.service.accepting = True
+            self.control.start_polling()
+
+    async def _listen(self, name: str, router: object, address: str, port: int, reuse_port: bool = False) -> None:
+        max_body = self.options.http_max_input_size
+        loop = asyncio.get_running_loop()
+        try:
+            server = await loop.create_server(lambda: HttpProtocol(router, max_body),  # type: ignore[arg-type]
+                                              address, port, reuse_address=True, reuse_port=reuse_port or None,
+                                              backlog=2048)
+        except OSError as exc:
+            raise SystemExit(_bind_error(name, address, port, exc)) from None
+        self._servers.append(server)
+
+    async def _load_models(self) -> None:
+        self.control.load_startup()
+        await self.repository.warm_up()  # before any front end opens: no version is READY un-warmed
+        for row in self.repository.index():
+            log.info("model %-24s version %-4s %s%s", row["name"], row.get("version", "-"), row["state"],
+                     f" ({row['reason']})" if row.get("reason") else "")
+        if self.options.exit_on_error and not self.repository.all_ready():
+            # Triton unloads what did load, then exits (code 1) with this line.
+            self.repository.unload_all()
+            raise SystemExit("error: creating server: Internal - failed to load all models")
 
     def request_stop(self) -> None:
         self._stop.set()
@@ -159,16 +199,22 @@ class Server:
                 loop.add_signal_handler(sig, self.request_stop)
             except (NotImplementedError, RuntimeError):
                 pass
-        await self.start()
+        try:
+            await self.start()
+        except SystemExit:
+            # A port in use or a failed load: whatever did start is stopped before the process exits.
+            await self.stop(drain=False)
+            raise
         await self._stop.wait()
         await self.stop()
 
-    async def stop(self) -> None:
+    async def stop(self, drain: bool = True) -> None:
         """Refuse new work, let in-flight requests finish within the exit timeout, then finalize every model."""
-        log.info("Waiting for in-flight requests to complete (timeout %.0fs)", self.options.exit_timeout_secs)
-        drained = await self.service.drain(self.options.exit_timeout_secs)
-        if not drained:
-            log.warning("Timeout: %d in-flight requests did not complete", self.service.in_flight)
+        if drain:
+            log.info("Waiting for in-flight requests to complete (timeout %.0fs)", self.options.exit_timeout_secs)
+            drained = await self.service.drain(self.options.exit_timeout_secs)
+            if not drained:
+                log.warning("Timeout: %d in-flight requests did not complete", self.service.in_flight)
         for server in self._servers:
             server.close()
         if self._grpc is not None:
@@ -179,3 +225,11 @@ class Server:
         await self.control.close()
         self.repository.unload_all()
         log.info("All models are stopped, unloading models")
+
+
+def _bind_error(name: str, address: str, port: int, exc: OSError) -> str:
+    """Triton's one line for a front end that can't listen (main.cc), with the OS's reason when it is not the
+    usual one."""
+    if exc.errno == errno.EADDRINUSE:
+        return f"error: failed to start {name} service: Unavailable - Socket '{address}:{port}' already in use"
+    return f"error: failed to start {name} service: Unavailable - Socket '{address}:{port}': {exc.strerror or exc}"

@@ -45,6 +45,10 @@ class Service:
         self.accepting = False  # False while starting and while draining on shutdown
         self.in_flight = 0
         self._idle: asyncio.Event | None = None
+        # Set when the server could not be created (a missing repository with --exit-on-error=false): it then
+        # serves, not live and not ready, and answers model requests "Server not ready" as Triton does.
+        self.failure: InferError | None = None
+        self.server_id = "naiad"  # --id
         self.log_settings = LogSettings()
         self.trace_settings = TraceSettings()
 
@@ -52,6 +56,7 @@ class Service:
 
     def model(self, name: str, version: str = "") -> ModelVersion:
         """The model version that would serve a request; front ends resolve it before decoding, as Triton does."""
+        self._check_created()
         return self.repository.get(name, version)
 
     def infer(self, request: InferRequest, model: ModelVersion | None = None) -> "asyncio.Future[InferResponse]":
@@ -140,12 +145,18 @@ class Service:
         return self.repository.all_ready() if self.strict_readiness else True
 
     def server_metadata(self) -> dict[str, Any]:
-        return {"name": "naiad", "version": naiad.__version__, "extensions": EXTENSIONS}
+        return {"name": self.server_id, "version": naiad.__version__, "extensions": EXTENSIONS}
+
+    def _check_created(self) -> None:
+        if self.failure is not None:
+            raise unavailable("Server not ready")
 
     def model_ready(self, name: str, version: str = "") -> bool:
+        self._check_created()
         return self.repository.is_ready(name, version)
 
     def model_metadata(self, name: str, version: str = "") -> dict[str, Any]:
+        self._check_created()
         model = self.repository.get(name, version)
         # Triton lists every ready version, or only the one asked for.
         versions = [version] if version else [str(v) for v in sorted(self.repository.entry(name).versions)]
@@ -158,9 +169,10 @@ class Service:
         }
 
     def model_config(self, name: str, version: str = "") -> dict[str, Any]:
-        return self.repository.get(name, version).config_dict
+        return self.model(name, version).config_dict
 
     def model_statistics(self, name: str = "", version: str = "") -> dict[str, Any]:
+        self._check_created()
         if name:
             entry = self.repository.models.get(name)
             if entry is None or not entry.versions:
@@ -179,6 +191,8 @@ class Service:
         return {"model_stats": [m.stats.as_dict(m.name, m.version_str) for m in models]}
 
     def repository_index(self, ready_only: bool = False) -> list[dict[str, str]]:
+        if self.failure is not None:
+            raise invalid("Server not ready")  # 400 here, where every other model request is a 503
         return self.repository.index(ready_only, self.control.listed())
 
     # --- model control ------------------------------------------------------------------------------------------
@@ -186,8 +200,10 @@ class Service:
     async def load_model(self, name: str, config: str | None = None, files: dict[str, bytes] | None = None) -> None:
         """Load or reload a model (HTTP/gRPC repository load, a Python model's ``pb_utils.load_model``); only
         in explicit mode, as Triton allows it."""
+        self._check_created()
         await self.control.load(name, config or None, files or None)
 
     async def unload_model(self, name: str, unload_dependents: bool = False) -> None:
+        self._check_created()
         await self.control.unload(name, unload_dependents)
 

@@ -37,6 +37,9 @@ class RunningServer:
                 "--sagemaker-port", str(self.sagemaker_port)]
         for repo in repositories:
             args += ["--model-repository", str(repo)]
+        if not any(arg.startswith("--exit-on-error") for arg in extra):
+            # Many tests serve broken models beside good ones on purpose; Triton's default would exit.
+            args.append("--exit-on-error=false")
         args += list(extra)
         self.log_path = Path(os.environ.get("TMPDIR", "/tmp")) / f"naiad-test-{self.http_port}.log"
         self._log = open(self.log_path, "wb")

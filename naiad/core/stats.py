@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import time
+from collections import deque
 from typing import Any
 
 _DURATIONS = (
@@ -20,23 +21,61 @@ _DURATIONS = (
 FAILURE_REASONS = ("REJECTED", "CANCELED", "BACKEND", "OTHER")
 
 
-class Duration:
-    __slots__ = ("count", "ns")
+class Window:
+    """The observations of the last ``max_age`` seconds, for a Prometheus summary's quantiles
+    (``--metrics-config summary_latencies=true``; prometheus-cpp's summaries, which Triton uses, keep 60 s)."""
 
-    def __init__(self) -> None:
+    __slots__ = ("observations", "max_age_ns", "total_ns", "count")
+
+    def __init__(self, max_age_s: float = 60.0, limit: int = 200_000) -> None:
+        self.observations: deque[tuple[int, int]] = deque(maxlen=limit)  # (monotonic ns, value ns)
+        self.max_age_ns = int(max_age_s * 1e9)
+        self.total_ns = 0  # _sum and _count cover every observation, as a summary's do
+        self.count = 0
+
+    def observe(self, ns: int) -> None:
+        self.observations.append((time.monotonic_ns(), ns))
+        self.total_ns += ns
+        self.count += 1
+
+    def quantiles(self, qs: list[float]) -> list[float]:
+        """Each quantile of the recent observations, in nanoseconds (NaN with none, as prometheus-cpp writes)."""
+        horizon = time.monotonic_ns() - self.max_age_ns
+        while self.observations and self.observations[0][0] < horizon:
+            self.observations.popleft()
+        if not self.observations:
+            return [float("nan")] * len(qs)
+        values = sorted(v for _, v in self.observations)
+        last = len(values) - 1
+        return [float(values[min(last, int(q * len(values)))]) for q in qs]
+
+
+class Duration:
+    __slots__ = ("count", "ns", "window")
+
+    def __init__(self, window: Window | None = None) -> None:
         self.count = 0
         self.ns = 0
+        self.window = window
 
     def add(self, ns: int, count: int = 1) -> None:
         self.count += count
         self.ns += ns
+        if self.window is not None:
+            self.window.observe(ns // count if count > 1 else ns)
 
     def as_dict(self) -> dict[str, int]:
         return {"count": self.count, "ns": self.ns}
 
 
+# The durations a summary covers when summaries are on (Triton's nv_inference_*_summary_us families).
+SUMMARIZED = ("success", "queue", "compute_input", "compute_infer", "compute_output")
+
+
 class ModelStats:
     """Counters for one model version. Single-threaded: only the event loop touches them."""
+
+    summaries = False  # --metrics-config summary_latencies=true, set once at start-up
 
     __slots__ = ("inference_count", "execution_count", "last_inference_ms", "durations", "batch", "success", "fail",
                  "queue", "compute_input", "compute_infer", "compute_output", "cache_hit", "cache_miss",
@@ -46,7 +85,8 @@ class ModelStats:
         self.inference_count = 0
         self.execution_count = 0
         self.last_inference_ms = 0
-        self.durations = {name: Duration() for name in _DURATIONS}
+        self.durations = {name: Duration(Window() if self.summaries and name in SUMMARIZED else None)
+                          for name in _DURATIONS}
         self.success = self.durations["success"]
         self.fail = self.durations["fail"]
         self.queue = self.durations["queue"]

@@ -9,6 +9,7 @@ import asyncio
 import json
 import logging
 import time
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -71,12 +72,15 @@ class RepositoryOptions:
     backend_config: dict[str, dict[str, str]] = field(default_factory=dict)
     response_cache: ResponseCache | None = None  # --cache-config: shared by every model that enables it
     rate_limiter: RateLimiter | None = None  # --rate-limit execution_count
+    load_threads: int = 4  # --model-load-thread-count: models loaded side by side at start-up
+    load_retries: int = 0  # --model-load-retry-count: further attempts after a version fails to load
 
 
 class ModelRepository:
     def __init__(self, options: RepositoryOptions) -> None:
         self.options = options
         self.models: dict[str, ModelEntry] = {}
+        self._load_pool: ThreadPoolExecutor | None = None  # --model-load-thread-count start-up loads
         self.core: Core | None = None  # the service, which sets itself here: models that call models reach it
         self.loop: asyncio.AbstractEventLoop | None = None  # the server's loop, once loading starts on it
         self.loading: dict[str, set[int]] = {}  # model control: versions being loaded right now
@@ -119,9 +123,7 @@ class ModelRepository:
         except RuntimeError:  # loaded outside a server (tools, unit tests)
             pass
         ensembles: dict[str, Path] = {}
-        for repo in self.options.paths:
-            if not repo.is_dir():
-                log.error("model repository '%s' does not exist", repo)
+        plain: dict[str, Path] = {}
         found = self.scan()
         if only is not None:
             found = {n: p for n, p in found.items() if n in only}
@@ -136,8 +138,20 @@ class ModelRepository:
                 continue
             if _is_ensemble(paths[0], self.options.config_name):
                 ensembles[name] = paths[0]
-                continue
-            self.models[name] = self._load_model(name, paths[0])
+            else:
+                plain[name] = paths[0]
+        threads = min(self.options.load_threads, len(plain))
+        if threads > 1:
+            # Loads wait mostly on worker processes and framework sessions starting: threads overlap them.
+            # The pool lives as long as the repository: a Python model's worker dies with the thread that
+            # started it (PR_SET_PDEATHSIG), so those threads must not exit while models are loaded.
+            if self._load_pool is None:
+                self._load_pool = ThreadPoolExecutor(self.options.load_threads, thread_name_prefix="naiad-load")
+            entries = self._load_pool.map(lambda item: self._load_model(*item), plain.items())
+            self.models.update((entry.name, entry) for entry in entries)
+        else:
+            for name, path in plain.items():
+                self.models[name] = self._load_model(name, path)
         self._load_ensembles(ensembles)
 
     def _load_ensembles(self, ensembles: dict[str, Path]) -> None:
@@ -223,13 +237,20 @@ class ModelRepository:
         for version in selected:
             started = time.perf_counter()
             ctx = VersionContext(name, version, config, config_json, path, versions[version], options, self.core, self.loop)
-            try:
-                loaded = backend.load(ctx)
-            except InferError as exc:
-                self._version_failed(entry, version, exc)
-                continue
-            except Exception as exc:  # a model's own bug is a failed load, not a dead server
-                self._version_failed(entry, version, internal(f"{type(exc).__name__}: {exc}"))
+            for attempt in range(self.options.load_retries + 1):
+                try:
+                    loaded = backend.load(ctx)
+                    error = None
+                    break
+                except InferError as exc:
+                    error = exc
+                except Exception as exc:  # a model's own bug is a failed load, not a dead server
+                    error = internal(f"{type(exc).__name__}: {exc}")
+                if attempt < self.options.load_retries:
+                    log.warning("failed to load '%s' version %d (attempt %d of %d): %s", name, version, attempt + 1,
+                                self.options.load_retries + 1, error.message)
+            if error is not None:
+                self._version_failed(entry, version, error)
                 continue
             try:
                 model = ModelVersion(name, version, config, entry.config_dict, loaded, labels,
@@ -396,3 +417,6 @@ class ModelRepository:
                 except Exception:
                     log.exception("finalize() of '%s' version %d failed", entry.name, version)
             entry.versions.clear()
+        if self._load_pool is not None:
+            self._load_pool.shutdown(wait=False)
+            self._load_pool = None

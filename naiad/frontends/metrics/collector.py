@@ -17,6 +17,7 @@ from prometheus_client.core import GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
 from naiad.core.stats import FAILURE_REASONS
+from naiad.frontends.metrics.options import MetricsOptions
 from naiad.repository.manager import ModelRepository
 
 _LABELS = ["model", "version"]
@@ -44,11 +45,50 @@ def _counter(name: str, help: str) -> Metric:
     return Metric(name, help, "counter")
 
 
+# stats duration -> (summary family, help): Triton 2.51's names and texts.
+_SUMMARIES = {
+    "success": ("nv_inference_request_summary_us",
+                "Summary of inference request duration in microseconds (includes cached requests)"),
+    "queue": ("nv_inference_queue_summary_us",
+              "Summary of inference queuing duration in microseconds (includes cached requests)"),
+    "compute_input": ("nv_inference_compute_input_summary_us",
+                      "Summary of compute input duration in microseconds (does not include cached requests)"),
+    "compute_infer": ("nv_inference_compute_infer_summary_us",
+                      "Summary of compute inference duration in microseconds (does not include cached requests)"),
+    "compute_output": ("nv_inference_compute_output_summary_us",
+                       "Summary of inference compute output duration in microseconds (does not include cached "
+                       "requests)"),
+}
+_LATENCY_COUNTERS = {name for name in _COUNTERS if name.endswith("_duration_us")}
+
+
 class ModelCollector(Collector):
-    def __init__(self, repository: ModelRepository) -> None:
+    def __init__(self, repository: ModelRepository, options: MetricsOptions | None = None) -> None:
         self.repository = repository
+        self.options = options or MetricsOptions()
 
     def collect(self) -> Iterator[Metric]:
+        yield from self._counters()
+        if self.options.summary_latencies:
+            yield from self._summaries()
+
+    def _summaries(self) -> Iterator[Metric]:
+        quantiles = self.options.summary_quantiles
+        for key, (family, help) in _SUMMARIES.items():
+            metric = Metric(family, help, "summary")
+            for name in sorted(self.repository.models):
+                for version, model in sorted(self.repository.models[name].versions.items()):
+                    window = model.stats.durations[key].window
+                    if window is None:
+                        continue
+                    labels = {"model": name, "version": str(version)}
+                    metric.add_sample(family + "_count", labels, window.count)
+                    metric.add_sample(family + "_sum", labels, window.total_ns / 1000)
+                    for q, value in zip(quantiles, window.quantiles(quantiles)):
+                        metric.add_sample(family, {**labels, "quantile": str(q)}, value / 1000)
+            yield metric
+
+    def _counters(self) -> Iterator[Metric]:
         families = {name: _counter(name, help) for name, help in _COUNTERS.items()}
         failure = _counter("nv_inference_request_failure", "Number of failed inference requests, all batch sizes")
         pending = GaugeMetricFamily("nv_inference_pending_request_count",
@@ -79,7 +119,8 @@ class ModelCollector(Collector):
         yield families["nv_inference_request_success"]
         yield failure
         for name in list(_COUNTERS)[1:]:
-            yield families[name]
+            if self.options.counter_latencies or name not in _LATENCY_COUNTERS:
+                yield families[name]
         yield pending
         yield load
 

@@ -41,7 +41,7 @@ class MetricsService:
     def __init__(self, repository: ModelRepository, options: MetricsOptions, residency: Residency | None = None
                  ) -> None:
         self.options = options
-        self.models = ModelCollector(repository)
+        self.models = ModelCollector(repository, options)
         self.cpu = CpuCollector() if options.cpu else None
         self.sagemaker = SageMakerCollector(residency) if residency is not None else None
         self._server: asyncio.base_events.Server | None = None

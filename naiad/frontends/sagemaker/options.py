@@ -47,7 +47,7 @@ class SageMakerOptions:
 def add_arguments(parser: argparse.ArgumentParser, flag: Callable[..., None]) -> None:
     defaults = SageMakerOptions()
     flag(parser, "--allow-sagemaker", False, "serve SageMaker's /ping, /invocations and /models routes")
-    parser.add_argument("--sagemaker-port", type=int, default=defaults.port)
+    parser.add_argument("--sagemaker-port", type=int, default=defaults.port, help="SageMaker hosting port")
     parser.add_argument("--sagemaker-safe-port-range", default="", metavar="LOW-HIGH",
                         help="the ports endpoints other than SageMaker's may use")
     parser.add_argument("--sagemaker-thread-count", type=int, default=defaults.thread_count,
