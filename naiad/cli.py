@@ -157,6 +157,10 @@ def _compatibility_flags(serve: argparse.ArgumentParser) -> None:
     _flag(group, "--model-namespacing", False, "one model per name across repositories")
 
 
+_LIBRARY_LOGGERS = ("hpack", "h2", "grpc", "asyncio", "botocore", "boto3", "s3transfer", "urllib3", "filelock",
+                    "PIL", "matplotlib", "onnx", "torch")
+
+
 def _configure_logging(args: argparse.Namespace) -> None:
     if args.log_verbose > 0:
         level = logging.DEBUG
@@ -171,6 +175,11 @@ def _configure_logging(args: argparse.Namespace) -> None:
     logging.basicConfig(level=level, stream=sys.stderr,
                         format="%(levelname).1s%(asctime)s %(process)d %(name)s] %(message)s",
                         datefmt="%m%d %H:%M:%S")
+    # --log-verbose is about naiad's own lines: libraries' debug output (HPACK tables, botocore's wire log,
+    # asyncio) appears only from level 2 up.
+    if args.log_verbose < 2:
+        for name in _LIBRARY_LOGGERS:
+            logging.getLogger(name).setLevel(max(level, logging.INFO))
 
 
 def serve(args: argparse.Namespace) -> int:

@@ -8,6 +8,7 @@ it answers with an awaitable, so instances run in parallel either way.
 from __future__ import annotations
 
 import asyncio
+import logging
 import time
 from collections import deque
 from typing import TYPE_CHECKING, Callable
@@ -19,6 +20,8 @@ from naiad.core.stats import ModelStats
 
 if TYPE_CHECKING:
     from naiad.scheduling.rate_limiter import RateLimiter
+
+log = logging.getLogger("naiad.scheduling")
 
 # (request, response, failed): False, True (the execution failed), or the failure reason for the statistics
 # when the scheduler refused the request itself ("REJECTED": its queue timeout expired)
@@ -70,7 +73,9 @@ def record(stats: ModelStats, requests: list[InferRequest], result: Execution, s
         inferences += r.batch_size or 1
     stats.record_execution(inferences if batch_size is None else batch_size, result.input_ns, result.infer_ns,
                            result.output_ns, result.failed, inferences)
-    if not result.failed:
+    if result.failed:
+        _log_failure(requests, result)
+    else:
         n = len(requests)
         queue_ns = 0
         for r in requests:
@@ -79,6 +84,18 @@ def record(stats: ModelStats, requests: list[InferRequest], result: Execution, s
         stats.compute_input.add(result.input_ns, n)
         stats.compute_infer.add(result.infer_ns, n)
         stats.compute_output.add(result.output_ns, n)
+
+
+def _log_failure(requests: list[InferRequest], result: Execution) -> None:
+    """A failed execution is the operator's business too, not only the client's: one line, and the whole
+    message (a Python model's traceback) at --log-verbose 1."""
+    error = next((r.error for r in result.responses if r.error is not None), None)
+    message = error.message if error is not None else "no error message"
+    first, _, more = message.partition("\n")
+    log.error("execution of model '%s' failed (%d request%s): %s", requests[0].model_name if requests else "?",
+              len(requests), "" if len(requests) == 1 else "s", first)
+    if more.strip():
+        log.debug("model '%s' execution error in full: %s", requests[0].model_name if requests else "?", message)
 
 
 class InstancePool:

