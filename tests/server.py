@@ -23,7 +23,7 @@ def free_port() -> int:
 
 class RunningServer:
     def __init__(self, repositories: list[Path], *extra: str, env: dict[str, str] | None = None,
-                 wait_ready: bool = True) -> None:
+                 wait_ready: bool = True, wait_port: bool = False) -> None:
         self.http_port = free_port()
         self.grpc_port = free_port()
         self.metrics_port = free_port()
@@ -45,9 +45,10 @@ class RunningServer:
         self._log = open(self.log_path, "wb")
         self.proc = subprocess.Popen(args, stdout=self._log, stderr=subprocess.STDOUT, cwd=ROOT,
                                      env={**os.environ, "PYTHONPATH": str(ROOT), **(env or {})})
-        self._wait(wait_ready)
+        self._wait(wait_ready, wait_port)
 
-    def _wait(self, ready: bool, timeout: float = 60.0) -> None:
+    def _wait(self, ready: bool, any_answer: bool = False, timeout: float = 60.0) -> None:
+        """Until health says live (or ready); with ``any_answer``, until the HTTP port answers at all."""
         deadline = time.monotonic() + timeout
         path = "/v2/health/ready" if ready else "/v2/health/live"
         while time.monotonic() < deadline:
@@ -55,7 +56,7 @@ class RunningServer:
                 raise RuntimeError(f"naiad exited with {self.proc.returncode}:\n{self.log()}")
             try:
                 status, _, _ = self.request("GET", path)
-                if status == 200:
+                if status == 200 or any_answer:
                     return
             except OSError:
                 pass
