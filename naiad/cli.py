@@ -12,6 +12,7 @@ from pathlib import Path
 from naiad import __version__
 from naiad.core.errors import InferError
 from naiad.frontends.grpc import options as grpc_options
+from naiad.frontends.http import options as http_options
 from naiad.frontends.metrics import options as metrics_options
 from naiad.frontends.sagemaker import options as sagemaker_options
 
@@ -88,7 +89,8 @@ def build_parser() -> argparse.ArgumentParser:
                        help="models loaded side by side at start-up")
     serve.add_argument("--model-load-retry-count", type=int, default=0, metavar="N",
                        help="further attempts to load a model version that failed")
-    serve.add_argument("--id", default="naiad", help="the server's name in server metadata")
+    serve.add_argument("--id", default="triton",
+                       help="the server's name in server metadata; Triton's default, which clients check")
     serve.add_argument("--model-control-mode", choices=["none", "explicit", "poll"], default="none",
                        help="none: load every model once; explicit: load / unload on request; poll: follow changes")
     serve.add_argument("--load-model", action="append", default=[], metavar="NAME",
@@ -106,6 +108,7 @@ def build_parser() -> argparse.ArgumentParser:
     serve.add_argument("--http-max-input-size", type=int, default=64 * 1024 * 1024,
                        help="largest request body accepted, in bytes")
     _flag(serve, "--reuse-http-port", False, "let several servers listen on the HTTP port (SO_REUSEPORT)")
+    http_options.add_arguments(serve, _flag)
     grpc_options.add_arguments(serve, _flag)
     metrics_options.add_arguments(serve, _flag)
     sagemaker_options.add_arguments(serve, _flag)
@@ -189,6 +192,8 @@ def serve(args: argparse.Namespace) -> int:
     try:
         sagemaker = sagemaker_options.from_args(args)
         metrics = metrics_options.from_args(args)
+        http = http_options.from_args(args)
+        grpc = grpc_options.from_args(args)
     except ValueError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 1
@@ -221,7 +226,8 @@ def serve(args: argparse.Namespace) -> int:
         model_control_mode=args.model_control_mode,
         load_models=args.load_model,
         repository_poll_secs=args.repository_poll_secs,
-        grpc=grpc_options.from_args(args),
+        grpc=grpc,
+        http=http,
         metrics=metrics,
         sagemaker=sagemaker,
     )

@@ -12,6 +12,7 @@ from pathlib import Path
 from naiad.core.errors import STATUS_NAMES, InferError, internal, invalid
 from naiad.core.stats import ModelStats
 from naiad.frontends.grpc.options import GrpcOptions
+from naiad.frontends.http.options import HttpOptions
 from naiad.frontends.http.protocol import HttpProtocol
 from naiad.frontends.http.routes import Router
 from naiad.frontends.metrics.options import MetricsOptions
@@ -34,7 +35,7 @@ class ServerOptions:
     auto_complete: bool = True
     load_threads: int = 4
     load_retries: int = 0
-    server_id: str = "naiad"
+    server_id: str = "triton"
     strict_readiness: bool = True
     exit_on_error: bool = True
     exit_timeout_secs: float = 30.0
@@ -53,6 +54,7 @@ class ServerOptions:
     grpc: GrpcOptions = field(default_factory=GrpcOptions)
     metrics: MetricsOptions = field(default_factory=MetricsOptions)
     sagemaker: SageMakerOptions = field(default_factory=SageMakerOptions)
+    http: HttpOptions = field(default_factory=HttpOptions)  # restricted APIs, header forwarding
 
 
 class Server:
@@ -136,9 +138,12 @@ class Server:
         else:
             await self._load_models()
         if self.options.allow_http:
-            router = Router(self.service)
+            router = Router(self.service, self.options.http)
+            protocol = HttpProtocol
+            if self.options.http.header_forward is not None:
+                from naiad.frontends.http.forwarding import NamedHeadersProtocol as protocol  # type: ignore[assignment]
             await self._listen("HTTP", router, self.options.http_address, self.options.http_port,
-                               self.options.reuse_http_port)
+                               self.options.reuse_http_port, protocol)
             log.info("Started HTTPService at %s:%d", self.options.http_address, self.options.http_port)
         if self.options.sagemaker.enabled:
             from naiad.frontends.sagemaker.routes import SageMakerRouter
@@ -167,11 +172,12 @@ class Server:
             self.service.accepting = True
             self.control.start_polling()
 
-    async def _listen(self, name: str, router: object, address: str, port: int, reuse_port: bool = False) -> None:
+    async def _listen(self, name: str, router: object, address: str, port: int, reuse_port: bool = False,
+                      protocol: type[HttpProtocol] = HttpProtocol) -> None:
         max_body = self.options.http_max_input_size
         loop = asyncio.get_running_loop()
         try:
-            server = await loop.create_server(lambda: HttpProtocol(router, max_body),  # type: ignore[arg-type]
+            server = await loop.create_server(lambda: protocol(router, max_body),  # type: ignore[arg-type]
                                               address, port, reuse_address=True, reuse_port=reuse_port or None,
                                               backlog=2048)
         except OSError as exc:

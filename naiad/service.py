@@ -48,7 +48,7 @@ class Service:
         # Set when the server could not be created (a missing repository with --exit-on-error=false): it then
         # serves, not live and not ready, and answers model requests "Server not ready" as Triton does.
         self.failure: InferError | None = None
-        self.server_id = "naiad"  # --id
+        self.server_id = "triton"  # --id: Triton's default name, which clients (tritonclient's examples) check
         self.log_settings = LogSettings()
         self.trace_settings = TraceSettings()
 

@@ -69,8 +69,13 @@ def _write_files(name: str, files: dict[str, bytes]) -> Path:
             shutil.rmtree(root, ignore_errors=True)
             raise invalid(f"invalid file path '{relative}' for model '{name}'")
         target = root.joinpath(*path.parts)
-        target.parent.mkdir(parents=True, exist_ok=True)
-        target.write_bytes(content)
+        try:
+            target.parent.mkdir(parents=True, exist_ok=True)
+            target.write_bytes(content)
+        except OSError as exc:  # e.g. a name longer than the file system allows: the request fails, not the server
+            shutil.rmtree(root, ignore_errors=True)
+            log.error("failed to write '%s' for model '%s': %s", relative, name, exc.strerror or exc)
+            raise _poll_failed(name) from None
     return root
 
 

@@ -230,6 +230,11 @@ def test_files_override(http: httpclient.InferenceServerClient, grpc: grpcclient
     with pytest.raises(InferenceServerException, match="failed to poll"):
         http.load_model("doubler2", files=files)  # files need the config they belong to
     http.unload_model("doubler")
+    # A file name the file system refuses (longer than NAME_MAX) fails the load, as Triton answers it.
+    with pytest.raises(InferenceServerException) as info:
+        grpc.load_model("doubler", config="{}", files={"file:" + "A" * 256: b"a"})
+    assert info.value.status() == "StatusCode.INTERNAL" and "failed to poll from model repository" in str(info.value)
+    assert http.is_server_live()
 
 
 def test_reload_lets_in_flight_requests_finish_on_the_old_version(http: httpclient.InferenceServerClient,

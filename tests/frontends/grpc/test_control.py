@@ -42,7 +42,7 @@ def test_health_and_metadata(client: grpcclient.InferenceServerClient) -> None:
     assert error.status() == "StatusCode.INVALID_ARGUMENT"
 
     server = client.get_server_metadata()
-    assert server.name == "naiad" and "statistics" in server.extensions
+    assert server.name == "triton" and "statistics" in server.extensions  # --id, Triton's default
     meta = client.get_model_metadata("identity_bytes")
     assert (meta.name, list(meta.versions), meta.platform) == ("identity_bytes", ["1"], "python")
     assert [(t.name, t.datatype, list(t.shape)) for t in meta.inputs] == [("INPUT0", "BYTES", [-1, -1])]
