@@ -1,7 +1,7 @@
 """Triton's example models (``simple``, ``simple_int8``, ``simple_string`` as ONNX graphs built here with the
 same names, datatypes, dims and arithmetic; ``simple_identity`` in Python), driven the way Triton's own example
 clients drive them: simple_http_infer_client, simple_http_string_infer_client, grpc_explicit_int8_content_client
-and their gRPC twins."""
+and their gRPC twins; the health/metadata and model-control examples too."""
 
 from __future__ import annotations
 
@@ -10,6 +10,7 @@ from collections.abc import Iterator
 import numpy as np
 import pytest
 import tritonclient.http as httpclient
+from tritonclient.utils import InferenceServerException
 
 from tests import onnx_graphs as g
 from tests.models import write_model
@@ -165,3 +166,58 @@ def test_model_metadata_matches_tritons_examples(http: httpclient.InferenceServe
                                   {"name": "INPUT1", "datatype": "BYTES", "shape": [-1, 16]}]
     assert http.get_model_metadata("simple_int8")["outputs"][1] == {"name": "OUTPUT1", "datatype": "INT8",
                                                                     "shape": [-1, 16]}
+
+
+def test_health_metadata_as_the_examples_check_it(server: RunningServer) -> None:
+    """simple_http_health_metadata / simple_grpc_health_metadata: the server is named "triton" (``--id``),
+    query parameters and extra headers are accepted, an unknown model is "Request for unknown model"."""
+    import tritonclient.grpc as grpcclient
+
+    with httpclient.InferenceServerClient(server.url) as http:
+        assert http.is_server_live(query_params={"test_1": 1, "test_2": 2}) and http.is_server_ready()
+        assert http.is_model_ready("simple") and http.get_server_metadata()["name"] == "triton"
+        assert http.get_model_metadata("simple", query_params={"test_1": 1})["name"] == "simple"
+        with pytest.raises(InferenceServerException, match="Request for unknown model"):
+            http.get_model_metadata("wrong_model_name")
+        assert http.get_model_config("simple")["name"] == "simple"
+    with grpcclient.InferenceServerClient(server.grpc_url) as grpc:
+        assert grpc.is_server_live(headers={"test": "1", "dummy": "2"}) and grpc.is_server_ready()
+        assert grpc.get_server_metadata().name == "triton"
+        assert grpc.get_model_metadata("simple", headers={"test": "1"}).name == "simple"
+        with pytest.raises(InferenceServerException, match="Request for unknown model"):
+            grpc.get_model_metadata("wrong_model_name")
+        assert grpc.get_model_config("simple").config.name == "simple"
+
+
+def test_model_control_as_the_examples_drive_it(tmp_path_factory: pytest.TempPathFactory) -> None:
+    """simple_http_model_control / simple_grpc_model_control, in explicit mode."""
+    import tritonclient.grpc as grpcclient
+
+    repo = tmp_path_factory.mktemp("control")
+    g.write(repo, "simple", g.add_sub("TYPE_INT32", [16]), SIMPLE.format(name="simple", t="TYPE_INT32"))
+    g.write(repo, "simple_int8", g.add_sub("TYPE_INT8", [16]), SIMPLE.format(name="simple_int8", t="TYPE_INT8"))
+    server = RunningServer([repo], "--model-control-mode=explicit")
+    try:
+        with httpclient.InferenceServerClient(server.url) as http:
+            assert len(http.get_model_repository_index()) == 2
+            http.load_model("simple")
+            assert http.is_model_ready("simple")
+            with pytest.raises(InferenceServerException, match="failed to load"):
+                http.load_model("simple", config='"parameters": {"config": {{"max_batch_size": "16"}}}')
+            http.load_model("simple", config='{"max_batch_size":"16"}')
+            assert http.get_model_config("simple")["max_batch_size"] == 16
+            http.unload_model("simple")
+            assert not http.is_model_ready("simple")
+            with pytest.raises(InferenceServerException, match="failed to load"):
+                http.load_model("wrong_model_name")
+        with grpcclient.InferenceServerClient(server.grpc_url) as grpc:
+            grpc.load_model("simple", config='{"max_batch_size":"16"}')
+            assert grpc.get_model_config("simple").config.max_batch_size == 16
+            grpc.unload_model("simple")
+            assert not grpc.is_model_ready("simple")
+            with pytest.raises(InferenceServerException) as info:
+                grpc.load_model("simple", config="{}", files={"file:" + "A" * 256: b"a"})
+            assert info.value.status() == "StatusCode.INTERNAL"
+            assert "failed to poll from model repository" in info.value.message()
+    finally:
+        server.stop()
