@@ -18,13 +18,16 @@ from naiad.repository.manager import ModelRepository
 from naiad.repository.model import ModelVersion
 from naiad.repository.residency import Residency
 
+# What GET /v2 advertises: only what works, in Triton's order. CUDA shared memory is left out: naiad has no CUDA
+# path (its endpoints answer as a Triton without a GPU does, so clients' cleanup calls still succeed).
 EXTENSIONS = [
     "classification",
+    "sequence",
     "model_repository",
+    "model_repository(unload_dependents)",
     "schedule_policy",
     "model_configuration",
     "system_shared_memory",
-    "cuda_shared_memory",
     "binary_tensor_data",
     "parameters",
     "statistics",

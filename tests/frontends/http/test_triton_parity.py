@@ -24,7 +24,7 @@ BAD_MODELS = ROOT / "tests" / "golden_bad_models"
 
 # Body differences we keep on purpose; the status code still has to match.
 BODY_DIFFERENCES = {
-    "server/server_metadata.json": "naiad names itself and lists the extensions it implements",
+    "server/server_metadata.json": "naiad gives its own version and leaves out cuda_shared_memory (no CUDA path)",
     # rapidjson's wording of a syntax error; naiad reports orjson's, with the same status code.
     "errors/invalid_json.json": "JSON parser wording",
     "errors/invalid_json_trailing_garbage.json": "JSON parser wording",
