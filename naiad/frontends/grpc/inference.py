@@ -26,6 +26,7 @@ from naiad.frontends.grpc.codec import (
     stream_error,
     stream_response,
 )
+from naiad.frontends.grpc.options import GrpcOptions
 from naiad.frontends.grpc.status import fail
 from naiad.repository.model import ModelVersion
 from naiad.service import Service
@@ -40,17 +41,32 @@ def is_decoupled(model: ModelVersion) -> bool:
 
 
 class Inference:
-    def __init__(self, service: Service) -> None:
+    def __init__(self, service: Service, options: GrpcOptions | None = None) -> None:
         self.service = service
+        # None unless configured: the only per-request cost is the attribute check.
+        self.forward = (options or GrpcOptions()).header_forward
 
-    def begin(self, message: pb.ModelInferRequest) -> tuple[asyncio.Future, ModelVersion, OutputOptions]:
-        """Decode and queue a ModelInfer request (raises ``InferError``): the half every server engine shares."""
+    def forwarded(self, metadata: Any) -> dict[str, str]:
+        """The call's metadata that ``--grpc-header-forward-pattern`` passes to the model. ``metadata`` is the lean
+        engine's header dict or a grpc context; either way, only what grpc shows an application counts: no
+        pseudo-headers or grpc's own, and no binary (``-bin``) values."""
+        pairs = metadata.items() if isinstance(metadata, dict) else metadata.invocation_metadata()
+        return self.forward.select(  # type: ignore[union-attr]
+            (k, v) for k, v in pairs
+            if not (k.startswith((":", "grpc-")) or k.endswith("-bin") or k in ("te", "content-type")))
+
+    def begin(self, message: pb.ModelInferRequest, metadata: Any = None
+              ) -> tuple[asyncio.Future, ModelVersion, OutputOptions]:
+        """Decode and queue a ModelInfer request (raises ``InferError``): the half every server engine shares.
+        ``metadata`` (see ``forwarded``) is read only when headers are forwarded."""
         service = self.service
         version = message.model_version
         model = service.model(message.model_name, parse_version(version) if version else "")
         if is_decoupled(model):
             raise InferError(_DECOUPLED_INFER, Code.UNSUPPORTED)
         request, options = decode_request(message, model)
+        if self.forward is not None and metadata is not None:
+            request.parameters.update(self.forwarded(metadata))
         return service.infer(request, model), model, options
 
     @staticmethod
@@ -62,7 +78,7 @@ class Inference:
 
     async def ModelInfer(self, message: pb.ModelInferRequest, context: Any) -> pb.ModelInferResponse | None:
         try:
-            future, model, options = self.begin(message)
+            future, model, options = self.begin(message, context)
             # A model that answers inline has already resolved the future: skip the suspension.
             response = future.result() if future.done() else await future
             return self.finish(response, model, options)
@@ -72,7 +88,7 @@ class Inference:
 
     async def ModelStreamInfer(self, messages: AsyncIterator[pb.ModelInferRequest], context: Any
                                ) -> AsyncIterator[pb.ModelStreamInferResponse]:
-        stream = _Stream(self.service)
+        stream = _Stream(self.service, self.forwarded(context) if self.forward is not None else None)
         reader = asyncio.ensure_future(stream.read(messages))
         try:
             while True:
@@ -102,8 +118,9 @@ class _Slot:
 class _Stream:
     """One ModelStreamInfer call: the reader queues requests, each request's responses go to ``outbox``."""
 
-    def __init__(self, service: Service) -> None:
+    def __init__(self, service: Service, forwarded: dict[str, str] | None = None) -> None:
         self.service = service
+        self.forwarded = forwarded  # the stream's forwarded metadata, given to each of its requests
         self.outbox: asyncio.Queue[pb.ModelStreamInferResponse | None] = asyncio.Queue()
         self.ordered: deque[_Slot] = deque()
         self.tasks: set[asyncio.Task] = set()
@@ -123,6 +140,8 @@ class _Stream:
             model = self.service.model(message.model_name, parse_version(message.model_version))
             decoupled = is_decoupled(model)
             request, options = decode_request(message, model)
+            if self.forwarded:
+                request.parameters.update(self.forwarded)
         except InferError as exc:
             slot = self._slot()
             slot.messages.append(stream_error(exc, message))

@@ -10,14 +10,16 @@ WINDOW_UPDATE (send-side flow control per stream and connection), HEADERS + CONT
 RST_STREAM, GOAWAY both ways. Request header blocks go through the ``hpack`` package's decoder (its dynamic
 table is connection state); response header blocks use only the static table and literals without indexing,
 so they need no encoder state and the common ones are prebuilt bytes. Receive windows are opened wide and
-topped up as data is consumed. Request messages may be gzip/deflate compressed; answers are not. Not
-handled: deadlines (grpc-timeout), TLS.
+topped up as data is consumed. Request messages may be gzip/deflate compressed; ModelInfer / ModelStreamInfer
+answers are when --grpc-infer-response-compression-level asks, with grpc's choice of algorithm. TLS is
+asyncio's (``ssl``), offering ALPN "h2" as grpc clients require. Not handled: deadlines (grpc-timeout).
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
+import ssl
 import struct
 import zlib
 from collections.abc import AsyncIterator
@@ -29,7 +31,7 @@ from hpack.exceptions import HPACKError
 
 from naiad.core.errors import InferError
 from naiad.frontends.grpc.inference import Inference
-from naiad.frontends.grpc.options import GrpcOptions
+from naiad.frontends.grpc.options import GrpcOptions, compression_for
 from naiad.frontends.grpc.status import GRPC_STATUS
 
 log = logging.getLogger("naiad.grpc")
@@ -44,6 +46,9 @@ MAX_WINDOW = 2**31 - 1
 OUR_MAX_FRAME = 1 << 20  # fewer, larger frames for big tensors (the protocol's default is 16 KiB)
 _FRAME = struct.Struct(">BHBBI")
 _INFER_PATH = "/inference.GRPCInferenceService/ModelInfer"
+_COMPRESSED_PATHS = (_INFER_PATH, "/inference.GRPCInferenceService/ModelStreamInfer")  # as in Triton
+# grpc's deflate is the zlib format; both at zlib's default level, as grpc compresses.
+_COMPRESSORS = {"gzip": lambda data: zlib.compress(data, wbits=31), "deflate": zlib.compress}
 
 
 def frame(kind: int, flags: int, stream: int, payload: bytes) -> bytes:
@@ -79,6 +84,7 @@ def _percent_encode(message: str) -> bytes:
 # :status 200 (static index 8); content-type (static name index 31) as a literal without indexing.
 RESPONSE_HEADERS = b"\x88" + b"\x0f\x10" + _integer(16, 7) + b"application/grpc"
 OK_TRAILERS = _literal(b"grpc-status", b"0")
+ENCODED_RESPONSE_HEADERS = {name: RESPONSE_HEADERS + _literal(b"grpc-encoding", name.encode()) for name in _COMPRESSORS}
 
 
 def status_trailers(code: grpc.StatusCode, message: str) -> bytes:
@@ -132,6 +138,7 @@ class Stream:
         "block",
         "body",
         "closed",
+        "compress",
         "encoding",
         "handler",
         "headers",
@@ -158,6 +165,7 @@ class Stream:
         self.started = False  # response HEADERS sent
         self.closed = False  # trailers queued
         self.encoding = ""
+        self.compress: str | None = None  # the algorithm for this call's answers
 
 
 class Connection(asyncio.Protocol):
@@ -165,6 +173,8 @@ class Connection(asyncio.Protocol):
         self.server = server
         self.paths = server.paths
         self.inference = server.inference
+        self.infer_path = server.infer_path
+        self.compress_level = server.compress_level
         self.buf = bytearray()
         self.preface = False
         self.decoder = Decoder()
@@ -358,6 +368,8 @@ class Connection(asyncio.Protocol):
             self.trailers_only(stream, grpc.StatusCode.UNIMPLEMENTED, "Method not found!")
             return
         stream.handler = handler
+        if self.compress_level is not None and headers[":path"] in _COMPRESSED_PATHS:
+            stream.compress = compression_for(self.compress_level, headers.get("grpc-accept-encoding", ""))
         if handler.request_streaming:
             stream.inbox = asyncio.Queue()
             stream.task = asyncio.ensure_future(self.run_streaming(stream))
@@ -401,7 +413,7 @@ class Connection(asyncio.Protocol):
                 self.trailers_only(stream, grpc.StatusCode.INTERNAL, "Exception deserializing request!")
                 return
         stream.body = bytearray()
-        if stream.headers.get(":path") == _INFER_PATH:
+        if stream.headers.get(":path") == self.infer_path:
             self.model_infer(stream, request)
             return
         stream.task = asyncio.ensure_future(self.run_unary(stream, request))
@@ -410,7 +422,7 @@ class Connection(asyncio.Protocol):
         """The hot path: queue the request and answer from the future's callback, no task in between."""
         inference = self.inference
         try:
-            future, model, options = inference.begin(request)
+            future, model, options = inference.begin(request, stream.headers)
         except InferError as exc:
             self.trailers_only(stream, GRPC_STATUS[exc.code], exc.message)
             return
@@ -520,11 +532,17 @@ class Connection(asyncio.Protocol):
             stream.task.cancel()
 
     def send_message(self, stream: Stream, data: bytes, last: bool) -> None:
-        head = b"\0" + len(data).to_bytes(4, "big")
+        flag = b"\0"
+        if stream.compress is not None:
+            packed = _COMPRESSORS[stream.compress](data)
+            if len(packed) < len(data):  # else sent as it is, as grpc does
+                data, flag = packed, b"\1"
+        head = flag + len(data).to_bytes(4, "big")
         first = b""
         if not stream.started:
             stream.started = True
-            first = frame(HEADERS, END_HEADERS, stream.sid, RESPONSE_HEADERS)  # goes out in the same write
+            first = frame(HEADERS, END_HEADERS, stream.sid,  # goes out in the same write
+                          RESPONSE_HEADERS if stream.compress is None else ENCODED_RESPONSE_HEADERS[stream.compress])
         stream.pending.append(head + data if len(data) < 65536 else head)
         if len(data) >= 65536:
             stream.pending.append(data)
@@ -574,9 +592,13 @@ class Connection(asyncio.Protocol):
 class LeanServer:
     """Listens and keeps its connections, to send them GOAWAY when stopping."""
 
-    def __init__(self, paths: dict[str, grpc.RpcMethodHandler], inference: Inference) -> None:
+    def __init__(self, paths: dict[str, grpc.RpcMethodHandler], inference: Inference,
+                 infer_path: str | None = _INFER_PATH, compress_level: str | None = None) -> None:
         self.paths = paths
         self.inference = inference
+        self.compress_level = compress_level  # None: answers are never compressed
+        # ModelInfer's fast path; None sends it through its (restriction-checking) handler like any other RPC.
+        self.infer_path = infer_path
         self.connections: set[Connection] = set()
         self.closing = False
         self.server: asyncio.base_events.Server | None = None
@@ -585,7 +607,7 @@ class LeanServer:
         loop = asyncio.get_running_loop()
         self.server = await loop.create_server(lambda: Connection(self), options.address, options.port,
                                                reuse_address=True, reuse_port=options.reuse_port or None,
-                                               backlog=2048)
+                                               backlog=2048, ssl=tls_context(options) if options.use_ssl else None)
 
     async def stop(self, grace: float | None = None) -> None:
         self.closing = True
@@ -595,7 +617,27 @@ class LeanServer:
             connection.goaway(NO_ERROR, close=True)
 
 
+def tls_context(options: GrpcOptions) -> ssl.SSLContext:
+    """Triton's TLS: the server's certificate; with mutual TLS, a client certificate the root signed is required."""
+    root = options.tls_files()[2]
+    context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    context.minimum_version = ssl.TLSVersion.TLSv1_2  # HTTP/2 forbids older versions (RFC 9113 9.2)
+    try:
+        context.load_cert_chain(options.server_cert, options.server_key)
+        if root is not None:
+            context.load_verify_locations(cadata=root.decode("ascii"))
+    except (ssl.SSLError, ValueError) as exc:
+        raise SystemExit(f"error: failed to start GRPC service: Unavailable - invalid TLS certificate or key: "
+                         f"{exc}") from None
+    if options.use_ssl_mutual:
+        context.verify_mode = ssl.CERT_REQUIRED
+    context.set_alpn_protocols(["h2"])  # grpc clients refuse a server that selects no ALPN protocol
+    return context
+
+
 async def start(paths: dict[str, grpc.RpcMethodHandler], inference: Inference, options: GrpcOptions) -> LeanServer:
-    server = LeanServer(paths, inference)
+    restricted = options.restricted.rule("inference") is not None
+    level = options.infer_compression_level
+    server = LeanServer(paths, inference, None if restricted else _INFER_PATH, None if level == "none" else level)
     await server.start(options)
     return server

@@ -5,10 +5,27 @@ from __future__ import annotations
 
 import argparse
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+
+from naiad.core.forwarding import HeaderForward
+from naiad.core.restricted import Restrictions, help_text
 
 # Triton's limit on both directions (grpc_server.cc): any message an int32 length can frame.
 MAX_MESSAGE_SIZE = 2**31 - 1
+# Triton looks a restricted protocol's key up as metadata with this prefix (grpc_server.h).
+RESTRICTED_KEY_PREFIX = "triton-grpc-protocol-"
+COMPRESSION_LEVELS = ("none", "low", "medium", "high")
+
+
+def compression_for(level: str, accepted: str) -> str | None:
+    """The algorithm grpc picks for a compression level among those the client accepts (grpc-accept-encoding),
+    ranked by strength: low takes the first, medium the middle, high the last (grpc's
+    CompressionAlgorithmForLevel, which Triton's set_compression_level leaves the choice to)."""
+    offered = {name.strip() for name in accepted.split(",")}
+    ranked = [name for name in ("gzip", "deflate") if name in offered]
+    if level == "none" or not ranked:
+        return None
+    return ranked[{"low": 0, "medium": len(ranked) // 2, "high": -1}[level]]
 
 
 @dataclass
@@ -27,6 +44,15 @@ class GrpcOptions:
     max_connection_age_ms: int = 0
     max_connection_age_grace_ms: int = 0
     infer_allocation_pool_size: int = 8
+    # TLS as Triton serves it: mutual implies TLS and refuses a client without a certificate the root signed.
+    use_ssl: bool = False
+    use_ssl_mutual: bool = False
+    server_cert: str = ""  # PEM files
+    server_key: str = ""
+    root_cert: str = ""
+    infer_compression_level: str = "none"  # of ModelInfer / ModelStreamInfer answers (grpcio: every RPC's)
+    restricted: Restrictions = field(default_factory=lambda: Restrictions("protocol"))
+    header_forward: HeaderForward | None = None
     # "grpcio" (grpc.aio), "lean" (our own HTTP/2 on asyncio: no poller thread or tasks per unary call), or
     # "auto": lean unless a flag asks for what only grpcio does (server keepalive pings, connection age).
     engine: str = "auto"
@@ -39,6 +65,21 @@ class GrpcOptions:
                         or self.keepalive_time_ms != defaults.keepalive_time_ms
                         or self.keepalive_permit_without_calls)
         return "grpcio" if needs_grpcio else "lean"
+
+    def tls_files(self) -> tuple[bytes, bytes, bytes | None]:
+        """The PEM contents of the certificate, its key and (mutual TLS) the client CA, read when the server starts
+        as Triton reads them; exits with a clear line for a file it can't read (Triton then starts no gRPC service
+        either)."""
+        def read(option: str, path: str) -> bytes:
+            try:
+                with open(path, "rb") as file:
+                    return file.read()
+            except OSError as exc:
+                raise SystemExit(f"error: failed to start GRPC service: Unavailable - cannot read {option} "
+                                 f"'{path}': {exc.strerror or exc}") from None
+
+        return (read("--grpc-server-cert", self.server_cert), read("--grpc-server-key", self.server_key),
+                read("--grpc-root-cert", self.root_cert) if self.use_ssl_mutual else None)
 
     def channel_options(self) -> list[tuple[str, int]]:
         options = [
@@ -56,6 +97,12 @@ class GrpcOptions:
             options.append(("grpc.max_connection_age_ms", self.max_connection_age_ms))
         if self.max_connection_age_grace_ms:
             options.append(("grpc.max_connection_age_grace_ms", self.max_connection_age_grace_ms))
+        if self.infer_compression_level != "none":
+            # grpc.aio can't set a level per call (set_compression takes a fixed algorithm, which the client may
+            # not accept): the channel's default level picks per client as Triton's per-call level does, for
+            # every RPC's answer.
+            level = COMPRESSION_LEVELS.index(self.infer_compression_level)  # grpc_compression_level's values
+            options.append(("grpc.default_compression_level", level))
         return options
 
 
@@ -63,31 +110,63 @@ def add_arguments(parser: argparse.ArgumentParser, flag: Callable[..., None]) ->
     """Triton's gRPC flags; ``flag`` adds a boolean the way the CLI spells them (``--x`` or ``--x=false``)."""
     defaults = GrpcOptions()
     flag(parser, "--allow-grpc", True, "serve GRPCInferenceService")
-    parser.add_argument("--grpc-address", default=defaults.address)
-    parser.add_argument("--grpc-port", type=int, default=defaults.port)
+    parser.add_argument("--grpc-address", default=defaults.address, help="address the gRPC server binds")
+    parser.add_argument("--grpc-port", type=int, default=defaults.port, help="GRPCInferenceService port")
     flag(parser, "--reuse-grpc-port", False, "let several servers listen on the gRPC port (SO_REUSEPORT)")
     ints = {
-        "--grpc-keepalive-time": defaults.keepalive_time_ms,
-        "--grpc-keepalive-timeout": defaults.keepalive_timeout_ms,
-        "--grpc-http2-max-pings-without-data": defaults.http2_max_pings_without_data,
-        "--grpc-http2-min-recv-ping-interval-without-data": defaults.http2_min_recv_ping_interval_without_data_ms,
-        "--grpc-http2-max-ping-strikes": defaults.http2_max_ping_strikes,
-        "--grpc-max-connection-age": defaults.max_connection_age_ms,
-        "--grpc-max-connection-age-grace": defaults.max_connection_age_grace_ms,
+        "--grpc-keepalive-time": (defaults.keepalive_time_ms, "period of the server's keepalive pings"),
+        "--grpc-keepalive-timeout": (defaults.keepalive_timeout_ms, "how long a keepalive ping waits for its ack"),
+        "--grpc-http2-max-pings-without-data": (defaults.http2_max_pings_without_data,
+                                                "pings sent with no data in between (0: no limit)"),
+        "--grpc-http2-min-recv-ping-interval-without-data": (
+            defaults.http2_min_recv_ping_interval_without_data_ms,
+            "a client ping sooner than this after the last one, with no data between, is a strike"),
+        "--grpc-http2-max-ping-strikes": (defaults.http2_max_ping_strikes,
+                                          "strikes before the connection is closed (0: no limit)"),
+        "--grpc-max-connection-age": (defaults.max_connection_age_ms, "longest a connection lives (0: unlimited)"),
+        "--grpc-max-connection-age-grace": (defaults.max_connection_age_grace_ms,
+                                            "grace for calls in flight when a connection reaches its age (0: unset)"),
     }
-    for name, default in ints.items():
+    for name, (default, text) in ints.items():
         counts = name.endswith(("-without-data", "-strikes")) and "interval" not in name
-        parser.add_argument(name, type=int, default=default, metavar="N" if counts else "MS")
+        parser.add_argument(name, type=int, default=default, metavar="N" if counts else "MS", help=text)
     flag(parser, "--grpc-keepalive-permit-without-calls", False, "allow keepalive pings with no call in flight")
     parser.add_argument("--grpc-infer-allocation-pool-size", type=int, default=defaults.infer_allocation_pool_size,
                         help="accepted for Triton compatibility; Python allocates per request, so it has no effect")
+    flag(parser, "--grpc-use-ssl", defaults.use_ssl,
+         "serve gRPC over TLS with --grpc-server-cert and --grpc-server-key")
+    flag(parser, "--grpc-use-ssl-mutual", defaults.use_ssl_mutual,
+         "TLS that also requires a client certificate signed by --grpc-root-cert (implies --grpc-use-ssl)")
+    parser.add_argument("--grpc-server-cert", default=defaults.server_cert, metavar="PEM_FILE",
+                        help="the server's certificate (chain)")
+    parser.add_argument("--grpc-server-key", default=defaults.server_key, metavar="PEM_FILE",
+                        help="the server certificate's private key")
+    parser.add_argument("--grpc-root-cert", default=defaults.root_cert, metavar="PEM_FILE",
+                        help="the certificate authority that signs client certificates (mutual TLS)")
+    parser.add_argument("--grpc-infer-response-compression-level", default=defaults.infer_compression_level,
+                        metavar="{none,low,medium,high}",
+                        help="compress ModelInfer / ModelStreamInfer responses (the grpcio engine: every RPC's): "
+                             "low = gzip, medium / high = deflate when the client accepts both (grpc's choice by "
+                             "level)")
+    parser.add_argument("--grpc-restricted-protocol", action="append", default=[],
+                        metavar="<protocols>:<key>=<value>",
+                        help=help_text("protocol", f"the metadata {RESTRICTED_KEY_PREFIX}<key>")
+                        + "; refused with UNAVAILABLE")
+    parser.add_argument("--grpc-header-forward-pattern", default="", metavar="REGEX",
+                        help="ModelInfer / ModelStreamInfer metadata whose key this regular expression matches "
+                             "(anywhere in the key, ignoring case) reach the model as string parameters; empty: none")
     parser.add_argument("--grpc-engine", choices=("auto", "grpcio", "lean"), default=defaults.engine,
                         help="naiad only: grpcio's asyncio server, or naiad's lean HTTP/2 server (about 2-3x the unary "
-                             "throughput; no server keepalive pings, connection age, response compression or "
-                             "deadlines); auto (default) = lean unless a keepalive/connection-age flag needs grpcio")
+                             "throughput; no server keepalive pings, connection age or deadlines); auto = lean "
+                             "unless a keepalive / connection-age flag needs grpcio")
 
 
 def from_args(args: argparse.Namespace) -> GrpcOptions:
+    """Raises ``ValueError`` with Triton's message for a malformed flag."""
+    level = args.grpc_infer_response_compression_level.lower()
+    if level not in COMPRESSION_LEVELS:
+        raise ValueError("invalid argument for --grpc_infer_response_compression_level")
+    pattern = args.grpc_header_forward_pattern
     return GrpcOptions(
         enabled=args.allow_grpc,
         address=args.grpc_address,
@@ -103,4 +182,13 @@ def from_args(args: argparse.Namespace) -> GrpcOptions:
         max_connection_age_grace_ms=args.grpc_max_connection_age_grace,
         infer_allocation_pool_size=args.grpc_infer_allocation_pool_size,
         engine=args.grpc_engine,
+        use_ssl=args.grpc_use_ssl or args.grpc_use_ssl_mutual,
+        use_ssl_mutual=args.grpc_use_ssl_mutual,
+        server_cert=args.grpc_server_cert,
+        server_key=args.grpc_server_key,
+        root_cert=args.grpc_root_cert,
+        infer_compression_level=level,
+        restricted=Restrictions.parse(args.grpc_restricted_protocol, "grpc-restricted-protocol", "protocol",
+                                      RESTRICTED_KEY_PREFIX),
+        header_forward=HeaderForward(pattern) if pattern else None,
     )

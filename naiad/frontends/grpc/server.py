@@ -18,6 +18,7 @@ from grpc_health.v1 import health_pb2
 from tritonclient.grpc import service_pb2 as pb
 
 from naiad.core.errors import InferError
+from naiad.core.restricted import Restrictions
 from naiad.frontends.grpc.control import Control, unary_methods
 from naiad.frontends.grpc.inference import Inference
 from naiad.frontends.grpc.options import GrpcOptions
@@ -29,6 +30,20 @@ log = logging.getLogger("naiad.grpc")
 SERVICE_NAME = "inference.GRPCInferenceService"
 HEALTH_NAME = "grpc.health.v1.Health"
 _METHODS = pb.DESCRIPTOR.services_by_name["GRPCInferenceService"].methods_by_name
+# Each RPC's restricted-protocol category, as Triton files them (grpc_server.cc); "Check" is grpc.health.v1's.
+CATEGORIES = {
+    "ServerLive": "health", "ServerReady": "health", "ModelReady": "health", "Check": "health",
+    "ServerMetadata": "metadata", "ModelMetadata": "metadata",
+    "ModelInfer": "inference", "ModelStreamInfer": "inference",
+    "ModelConfig": "model-config", "ModelStatistics": "statistics",
+    "RepositoryIndex": "model-repository", "RepositoryModelLoad": "model-repository",
+    "RepositoryModelUnload": "model-repository",
+    "SystemSharedMemoryStatus": "shared-memory", "SystemSharedMemoryRegister": "shared-memory",
+    "SystemSharedMemoryUnregister": "shared-memory", "CudaSharedMemoryStatus": "shared-memory",
+    "CudaSharedMemoryRegister": "shared-memory", "CudaSharedMemoryUnregister": "shared-memory",
+    "TraceSetting": "trace", "LogSettings": "logging",
+}
+assert set(_METHODS) <= set(CATEGORIES), f"RPCs without a category: {set(_METHODS) - set(CATEGORIES)}"
 
 
 def _guarded(handler: Callable[[Any], Any]) -> Callable[[Any, Any], Any]:
@@ -54,8 +69,41 @@ def _unary(name: str, behaviour: Callable[[Any, Any], Any]) -> grpc.RpcMethodHan
     )
 
 
-def method_table(service: Service, inference: Inference) -> dict[str, grpc.RpcMethodHandler]:
-    """Every RPC's handler by its HTTP/2 path (``/package.Service/Method``), for either server engine."""
+def _restricted(handler: grpc.RpcMethodHandler, restrictions: Restrictions, category: str) -> grpc.RpcMethodHandler:
+    """The handler behind Triton's check: without the metadata key and value, the call ends UNAVAILABLE."""
+    key, value = restrictions.rules[category]
+    message = restrictions.refusal(category)
+
+    def allowed(context: Any) -> bool:
+        # The first entry of that key decides (std::multimap::find); metadata keys arrive in lower case.
+        return next((v for k, v in context.invocation_metadata() if k == key), None) == value
+
+    if handler.stream_stream is not None:
+        inner_stream = handler.stream_stream
+
+        async def stream(requests: Any, context: Any) -> Any:
+            if not allowed(context):
+                context.set_code(grpc.StatusCode.UNAVAILABLE)
+                context.set_details(message)
+                return
+            async for reply in inner_stream(requests, context):
+                yield reply
+        return handler._replace(stream_stream=stream)
+    inner = handler.unary_unary
+
+    async def unary(request: Any, context: Any) -> Any:
+        if not allowed(context):
+            context.set_code(grpc.StatusCode.UNAVAILABLE)
+            context.set_details(message)
+            return None
+        return await inner(request, context)
+    return handler._replace(unary_unary=unary)
+
+
+def method_table(service: Service, inference: Inference, restrictions: Restrictions | None = None
+                 ) -> dict[str, grpc.RpcMethodHandler]:
+    """Every RPC's handler by its HTTP/2 path (``/package.Service/Method``), for either server engine; those in a
+    restricted category check the caller's metadata first (handlers are wrapped only when restricted)."""
     table = {name: _unary(name, _guarded(fn)) for name, fn in unary_methods(Control(service)).items()}
     table["ModelInfer"] = _unary("ModelInfer", inference.ModelInfer)
     table["ModelStreamInfer"] = grpc.stream_stream_rpc_method_handler(
@@ -77,6 +125,11 @@ def method_table(service: Service, inference: Inference) -> dict[str, grpc.RpcMe
         request_deserializer=health_pb2.HealthCheckRequest.FromString,
         response_serializer=health_pb2.HealthCheckResponse.SerializeToString,
     )
+    if restrictions:
+        for path, handler in paths.items():
+            category = CATEGORIES[path.rsplit("/", 1)[1]]
+            if restrictions.rule(category) is not None:
+                paths[path] = _restricted(handler, restrictions, category)
     return paths
 
 
@@ -90,26 +143,37 @@ def handlers(paths: dict[str, grpc.RpcMethodHandler]) -> list[grpc.GenericRpcHan
 
 async def start(service: Service, options: GrpcOptions) -> Any:
     """The gRPC server as ``options.engine`` says; either answers ``await stop(grace=None)``."""
-    inference = Inference(service)
-    paths = method_table(service, inference)
+    engine = options.chosen_engine()
+    inference = Inference(service, options)
+    paths = method_table(service, inference, options.restricted)
     address = f"{options.address}:{options.port}"
-    if options.chosen_engine() == "lean":
+    if engine == "lean":
         from naiad.frontends.grpc import lean
 
         try:
             server: Any = await lean.start(paths, inference, options)
         except OSError as exc:
             raise SystemExit(f"error: failed to bind the gRPC server to {address}: {exc}") from exc
-        log.info("Started GRPCInferenceService at %s (lean HTTP/2 engine)", address)
+        log.info("Started GRPCInferenceService at %s (lean HTTP/2 engine%s)", address,
+                 ", TLS" if options.use_ssl else "")
         return server
     server = aio.server(options=options.channel_options())
     server.add_generic_rpc_handlers(handlers(paths))
     try:
-        bound = server.add_insecure_port(address)
+        if options.use_ssl:
+            cert, key, root = options.tls_files()
+            # Without mutual TLS no client certificate is asked for (Triton's GRPC_SSL_DONT_REQUEST_...).
+            credentials = grpc.ssl_server_credentials([(key, cert)], root_certificates=root,
+                                                      require_client_auth=options.use_ssl_mutual)
+            bound = server.add_secure_port(address, credentials)
+        else:
+            bound = server.add_insecure_port(address)
     except RuntimeError:
         bound = 0
     if bound == 0:
-        raise SystemExit(f"error: failed to bind the gRPC server to {address}")
+        # grpc says no more than that; with TLS, its log line above tells a bad certificate or key from a busy port.
+        raise SystemExit(f"error: failed to bind the gRPC server to {address}"
+                         + (" (or the TLS certificate or key is invalid)" if options.use_ssl else ""))
     await server.start()
     log.info("Started GRPCInferenceService at %s", address)
     return server

@@ -20,6 +20,7 @@ from naiad.frontends.http.generate import (
     sse_error,
     sse_event,
 )
+from naiad.frontends.http.options import HttpOptions
 from naiad.repository.control import decode_files
 from naiad.repository.model import ModelVersion
 from naiad.service import Service
@@ -68,8 +69,17 @@ def error_reply(error: InferError) -> Reply:
 
 
 class Router:
-    def __init__(self, service: Service) -> None:
+    def __init__(self, service: Service, options: HttpOptions | None = None) -> None:
         self.service = service
+        options = options or HttpOptions()
+        # Both None unless configured: the only per-request cost is the attribute check.
+        self.forward = options.header_forward
+        self.restricted: dict[str, tuple[bytes, bytes, Reply]] | None = None
+        if options.restricted:
+            self.restricted = {
+                category: (key.lower().encode("latin-1"), value.encode("latin-1"),
+                           Reply(403, orjson.dumps({"error": options.restricted.refusal(category)})))
+                for category, (key, value) in options.restricted.rules.items()}
 
     def handle(self, method: bytes, path: str, headers: dict[bytes, bytes], body: bytes | bytearray
                ) -> Reply | Deferred | Streamed:
@@ -85,6 +95,10 @@ class Router:
         parts = path.split("/")[1:]  # a trailing slash leaves an empty part, which no route has
         if not parts or parts[0] != "v2" or "" in parts:
             return _not_found()
+        if self.restricted is not None:
+            refused = self._refused(parts, headers)
+            if refused is not None:
+                return refused
         n = len(parts)
         if parts[1:2] == ["models"] and n >= 3:
             if n == 3 and parts[2] == "stats":
@@ -127,6 +141,14 @@ class Router:
             return self._repository(method, parts[2:], body)
         return _not_found()
 
+    def _refused(self, parts: list[str], headers: dict[bytes, bytes]) -> Reply | None:
+        """Triton's 403 when the route's category is restricted and the request lacks the header (whose name
+        matches in any case, whose value must match exactly); checked before the method, as Triton does."""
+        rule = self.restricted.get(_category(parts))  # type: ignore[union-attr]
+        if rule is None or headers.get(rule[0]) == rule[1]:
+            return None
+        return rule[2]
+
     @staticmethod
     def _get(method: bytes, produce: Callable[[], Reply]) -> Reply:
         if method not in (b"GET", b"HEAD"):
@@ -149,6 +171,8 @@ class Router:
             except ValueError:
                 length = 0  # Triton reads an unparsable length as 0: a raw-input request
         request, options = decode_request(body, length, name, version)
+        if self.forward is not None:
+            request.parameters.update(self.forward.select(header_pairs(headers)))
         future = self.service.infer(request, model)
         accept = headers.get(b"accept-encoding")
         return Deferred(future, lambda f: self._infer_reply(f.result(), options, accept, model))
@@ -248,6 +272,56 @@ class Router:
         except InferError as exc:
             return error_reply(exc)
         return Reply(200)
+
+
+def _category(parts: list[str]) -> str | None:
+    """The restricted-API category of a path (already split at '/', starting with 'v2'), as Triton's HTTP server
+    files its routes; None for a path no route serves, which stays a 404."""
+    n = len(parts)
+    if n == 1:
+        return "metadata"
+    kind = parts[1]
+    if kind == "health":
+        return "health" if n == 3 and parts[2] in ("live", "ready") else None
+    if kind == "models":
+        if n == 3 and parts[2] == "stats":
+            return "statistics"
+        rest = parts[3:]
+        versioned = len(rest) >= 2 and rest[0] == "versions" and rest[1].isdigit()
+        if versioned:
+            rest = rest[2:]
+        if n < 3:
+            return None
+        if rest == ["trace", "setting"]:
+            return None if versioned else "trace"  # Triton serves a model's trace settings unversioned only
+        return _MODEL_CATEGORIES.get(rest[0] if rest else "") if len(rest) < 2 else None
+    if kind == "repository":
+        rest = parts[2:]
+        if rest[:1] != ["index"] and rest[:1] != ["models"]:
+            rest = rest[1:]  # /v2/repository/<repository>/...
+        return "model-repository" if rest == ["index"] or (
+            len(rest) == 3 and rest[0] == "models" and rest[2] in ("load", "unload")) else None
+    if kind in ("systemsharedmemory", "cudasharedmemory"):
+        rest = parts[2:]
+        if len(rest) == 3 and rest[0] == "region":
+            rest = rest[2:]
+        return "shared-memory" if len(rest) == 1 and rest[0] in ("status", "register", "unregister") else None
+    if parts[1:] == ["trace", "setting"]:
+        return "trace"
+    if parts[1:] == ["logging"]:
+        return "logging"
+    return None
+
+
+_MODEL_CATEGORIES = {"": "metadata", "infer": "inference", "generate": "inference", "generate_stream": "inference",
+                     "ready": "health", "config": "model-config", "stats": "statistics"}
+
+
+def header_pairs(headers: dict[bytes, bytes]) -> list[tuple[str, str]]:
+    """A request's headers as text, names as the client spelled them where the protocol kept them."""
+    raw = getattr(headers, "raw", None)
+    return [(name.decode("latin-1"), value.decode("utf-8", "replace"))
+            for name, value in (raw if raw is not None else headers.items())]
 
 
 def _generate_reply(response: InferResponse) -> Reply:
