@@ -132,6 +132,7 @@ def test_execute_exception_is_logged_with_traceback_at_verbose(tmp_path: Path) -
                 "'raises_0', message: ValueError: boom from execute") in log
         assert "model.py" in log and "At:" in log  # the traceback, at --log-verbose 1
         assert "HTTP request: POST /v2/models/good/infer" in log
+        assert "GRPC request: /inference.GRPCInferenceService/ServerReady" in log
         assert "hpack" not in log  # HTTP/2 header-table debug lines stay out at level 1
     finally:
         server.stop()

@@ -364,6 +364,8 @@ class Connection(asyncio.Protocol):
         headers = stream.headers = dict(fields)
         stream.encoding = headers.get("grpc-encoding", "identity")
         handler = self.paths.get(headers.get(":path", ""))
+        if log.isEnabledFor(logging.DEBUG):  # --log-verbose 1: one line per call, like the HTTP front end's
+            log.debug("GRPC request: %s", headers.get(":path", ""))
         if handler is None:
             self.trailers_only(stream, grpc.StatusCode.UNIMPLEMENTED, "Method not found!")
             return
