@@ -230,6 +230,7 @@ class Server:
         self.service.live = False
         await self.control.close()
         self.repository.unload_all()
+        self.service.shared_memory.close()  # unmap what clients left registered
         log.info("All models are stopped, unloading models")
 
 

@@ -13,6 +13,7 @@ import naiad
 from naiad.core.errors import Code, InferError, invalid, unavailable
 from naiad.core.request import InferRequest, InferResponse
 from naiad.core.settings import LogSettings, TraceSettings
+from naiad.core.shared_memory import SharedMemoryRegistry
 from naiad.repository.control import ModelControl
 from naiad.repository.manager import ModelRepository
 from naiad.repository.model import ModelVersion
@@ -54,6 +55,7 @@ class Service:
         self.server_id = "triton"  # --id: Triton's default name, which clients (tritonclient's examples) check
         self.log_settings = LogSettings()
         self.trace_settings = TraceSettings()
+        self.shared_memory = SharedMemoryRegistry()  # regions clients registered, for every front end
 
     # --- inference ----------------------------------------------------------------------------------------------
 

@@ -15,8 +15,9 @@ import numpy as np
 from tritonclient.grpc import service_pb2 as pb
 
 from naiad.core.datatypes import WIRE_TO_NUMPY, serialize_bytes
-from naiad.core.errors import InferError, invalid, not_found
+from naiad.core.errors import InferError, invalid
 from naiad.core.request import InferRequest, InferResponse, log_prefix
+from naiad.core.shared_memory import SharedMemoryRegistry, SharedMemoryUse
 from naiad.core.tensors import classify, from_buffer
 from naiad.repository.model import ModelVersion
 
@@ -42,20 +43,28 @@ def parse_version(version: str) -> str:
 
 
 class OutputOptions:
-    """What the request asked of its outputs beyond their names: classification counts."""
+    """What the request asked of its outputs beyond their names: classification counts, shared memory."""
 
-    __slots__ = ("classification", "enable_empty_final")
+    __slots__ = ("classification", "enable_empty_final", "shm")
 
     def __init__(self) -> None:
         self.classification: dict[str, int] = {}
         self.enable_empty_final = False
+        self.shm: SharedMemoryUse | None = None  # set when a tensor names a shared memory region
+
+    def shared_memory(self) -> SharedMemoryUse:
+        if self.shm is None:
+            self.shm = SharedMemoryUse()
+        return self.shm
 
 
 _NO_OPTIONS = OutputOptions()
 
 
-def decode_request(message: pb.ModelInferRequest, model: ModelVersion) -> tuple[InferRequest, OutputOptions]:
-    """Build the server's request; raise ``InferError`` with Triton's gRPC wording for what it refuses."""
+def decode_request(message: pb.ModelInferRequest, model: ModelVersion,
+                   shared_memory: SharedMemoryRegistry | None = None) -> tuple[InferRequest, OutputOptions]:
+    """Build the server's request; raise ``InferError`` with Triton's gRPC wording for what it refuses.
+    ``shared_memory``: the registered regions tensors may name."""
     model_name = message.model_name
     request = InferRequest(model_name, model.version_str, message.id)
     options = _apply_parameters(request, message.parameters) if message.parameters else None
@@ -64,14 +73,15 @@ def decode_request(message: pb.ModelInferRequest, model: ModelVersion) -> tuple[
     inputs = request.inputs
     for io in message.inputs:
         name = io.name
-        if io.parameters and "shared_memory_region" in io.parameters:
+        shm = _shm_parameters(io) if io.parameters else None
+        if shm is not None:
             if io.HasField("contents"):
                 raise invalid(f"unexpected 'content' provided when using shared memory for input tensor '{name}' "
                               f"for model '{model_name}'")
-            # No region can be registered yet, so every name is unknown.
-            region = io.parameters["shared_memory_region"].string_param
-            raise not_found(f"Unable to find shared memory region: '{region}'")
-        if io.HasField("contents"):
+            if options is None:
+                options = OutputOptions()
+            buffer = options.shared_memory().input(shared_memory, *shm)
+        elif io.HasField("contents"):
             if raw:
                 raise invalid(f"contents field must not be specified when using raw_input_contents for '{name}' "
                               f"for model '{model_name}'")
@@ -100,7 +110,7 @@ def decode_request(message: pb.ModelInferRequest, model: ModelVersion) -> tuple[
             if out.parameters:
                 if options is None:
                     options = OutputOptions()
-                _output_parameters(out, options)
+                _output_parameters(out, options, shared_memory)
         request.requested_outputs = requested
     return request, options or _NO_OPTIONS
 
@@ -155,9 +165,33 @@ def _contents_buffer(io: Any, model_name: str) -> bytes:
     return buffer if buffer is not None else b""
 
 
-def _output_parameters(out: Any, options: OutputOptions) -> None:
+def _shm_parameters(tensor: Any) -> tuple[str, int, int] | None:
+    """A tensor's shared memory region, offset and byte size, or None; Triton's checks and words."""
+    params = tensor.parameters
+    region = params.get("shared_memory_region")
+    if region is not None and region.WhichOneof("parameter_choice") != "string_param":
+        raise invalid(f"invalid value type for 'shared_memory_region' parameter for tensor '{tensor.name}', "
+                      "expected string_param.")
+    values = [0, 0]
+    for i, key in enumerate(("shared_memory_offset", "shared_memory_byte_size")):
+        param = params.get(key)
+        if param is not None:
+            if region is None:
+                raise invalid(f"'{key}' can not be specified without 'shared_memory_region' parameter for tensor "
+                              f"'{tensor.name}'")
+            if param.WhichOneof("parameter_choice") != "int64_param":
+                raise invalid(f"invalid value type for '{key}' parameter for tensor '{tensor.name}', expected "
+                              "int64_param.")
+            values[i] = param.int64_param
+        elif i == 1 and region is not None:
+            raise invalid(f"'shared_memory_byte_size' must be specified along with 'shared_memory_region' parameter "
+                          f"for tensor '{tensor.name}'")
+    return None if region is None else (region.string_param, values[0], values[1])
+
+
+def _output_parameters(out: Any, options: OutputOptions, shared_memory: SharedMemoryRegistry | None) -> None:
     params = out.parameters
-    region = "shared_memory_region" in params
+    shm = _shm_parameters(out)
     k = 0
     if "classification" in params:
         param = params["classification"]
@@ -166,10 +200,10 @@ def _output_parameters(out: Any, options: OutputOptions) -> None:
         k = param.int64_param
         if k <= 0:
             raise invalid("invalid value for 'classification' parameter, expected >= 0")
-    if region and k:
+    if shm is not None and k:
         raise invalid("output can't set both 'shared_memory_region' and 'classification'")
-    if region:
-        raise not_found(f"Unable to find shared memory region: '{params['shared_memory_region'].string_param}'")
+    if shm is not None:
+        options.shared_memory().output(shared_memory, out.name, *shm)
     if k:
         options.classification[out.name] = k
 
@@ -229,12 +263,18 @@ def encode_response(response: InferResponse, options: OutputOptions, labels: dic
     tensors = []
     raw = []
     classification = options.classification
+    shm = options.shm
     for name, array in response.outputs.items():
         if classification:
             k = classification.get(name)
             if k:
                 array = classify(array, k, (labels or {}).get(name))
-        if array.dtype is _OBJECT or array.dtype == _OBJECT:
+        if shm is not None and name in shm.outputs:
+            shm.write(name, array)  # described, with empty contents, as Triton answers
+            datatype = "BYTES" if array.dtype == _OBJECT else _WIRE_BY_DTYPE[array.dtype.newbyteorder("=")]
+            tensors.append(_OutputTensor(name=name, datatype=datatype, shape=array.shape))
+            raw.append(b"")
+        elif array.dtype is _OBJECT or array.dtype == _OBJECT:
             tensors.append(_OutputTensor(name=name, datatype="BYTES", shape=array.shape))
             raw.append(serialize_bytes(array))
         else:

@@ -4,7 +4,6 @@ shared memory, trace and log settings. Control plane: clarity over speed, answer
 
 from __future__ import annotations
 
-import os
 from collections.abc import Callable
 from typing import Any
 
@@ -14,9 +13,7 @@ from tritonclient.grpc import service_pb2 as pb
 from naiad.core.errors import (
     Code,
     InferError,
-    internal,
     invalid,
-    not_found,
 )
 from naiad.frontends.grpc.codec import parse_version
 from naiad.repository.control import decode_files
@@ -79,37 +76,37 @@ class Control:
         await self.service.unload_model(request.model_name, dependents)
         return pb.RepositoryModelUnloadResponse()
 
-    # --- shared memory: no region can be registered yet ----------------------------------------------------------
+    # --- shared memory -------------------------------------------------------------------------------------------
 
     def SystemSharedMemoryStatus(self, request: pb.SystemSharedMemoryStatusRequest
                                  ) -> pb.SystemSharedMemoryStatusResponse:
-        if request.name:
-            raise not_found(f"Unable to find system shared memory region: '{request.name}'")
-        return pb.SystemSharedMemoryStatusResponse()
+        status = pb.SystemSharedMemoryStatusResponse.RegionStatus
+        return pb.SystemSharedMemoryStatusResponse(regions={
+            region["name"]: status(**region) for region in self.service.shared_memory.status(request.name)})
 
     def SystemSharedMemoryRegister(self, request: pb.SystemSharedMemoryRegisterRequest
                                    ) -> pb.SystemSharedMemoryRegisterResponse:
-        if not os.path.exists(os.path.join("/dev/shm", request.key.lstrip("/"))):
-            raise internal(f"Unable to open shared memory region: '{request.key}'")
-        raise InferError("system shared memory regions are not supported by naiad yet", Code.UNSUPPORTED)
+        self.service.shared_memory.register(request.name, request.key, request.offset, request.byte_size)
+        return pb.SystemSharedMemoryRegisterResponse()
 
     def SystemSharedMemoryUnregister(self, request: pb.SystemSharedMemoryUnregisterRequest
                                      ) -> pb.SystemSharedMemoryUnregisterResponse:
-        return pb.SystemSharedMemoryUnregisterResponse()  # unregistering an unknown region succeeds, as in Triton
+        registry = self.service.shared_memory
+        registry.unregister(request.name) if request.name else registry.unregister_all()
+        return pb.SystemSharedMemoryUnregisterResponse()
 
     def CudaSharedMemoryStatus(self, request: pb.CudaSharedMemoryStatusRequest) -> pb.CudaSharedMemoryStatusResponse:
-        if request.name:
-            raise not_found(f"Unable to find cuda shared memory region: '{request.name}'")
+        self.service.shared_memory.cuda_status(request.name)  # no CUDA region can exist: only errors to give
         return pb.CudaSharedMemoryStatusResponse()
 
     def CudaSharedMemoryRegister(self, request: pb.CudaSharedMemoryRegisterRequest
                                  ) -> pb.CudaSharedMemoryRegisterResponse:
-        # What a Triton without a usable GPU answers.
-        raise invalid("failed to register shared memory region: invalid args")
+        self.service.shared_memory.cuda_register(request.name)
+        return pb.CudaSharedMemoryRegisterResponse()
 
     def CudaSharedMemoryUnregister(self, request: pb.CudaSharedMemoryUnregisterRequest
                                    ) -> pb.CudaSharedMemoryUnregisterResponse:
-        return pb.CudaSharedMemoryUnregisterResponse()
+        return pb.CudaSharedMemoryUnregisterResponse()  # no CUDA region can exist: nothing to release
 
     # --- trace and log settings ------------------------------------------------------------------------------------
 

@@ -64,7 +64,7 @@ class Inference:
         model = service.model(message.model_name, parse_version(version) if version else "")
         if is_decoupled(model):
             raise InferError(_DECOUPLED_INFER, Code.UNSUPPORTED)
-        request, options = decode_request(message, model)
+        request, options = decode_request(message, model, service.shared_memory)
         if self.forward is not None and metadata is not None:
             request.parameters.update(self.forwarded(metadata))
         return service.infer(request, model), model, options
@@ -139,7 +139,7 @@ class _Stream:
         try:
             model = self.service.model(message.model_name, parse_version(message.model_version))
             decoupled = is_decoupled(model)
-            request, options = decode_request(message, model)
+            request, options = decode_request(message, model, self.service.shared_memory)
             if self.forwarded:
                 request.parameters.update(self.forwarded)
         except InferError as exc:

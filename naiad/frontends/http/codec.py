@@ -14,8 +14,9 @@ import numpy as np
 import orjson
 
 from naiad.core.datatypes import WIRE_TO_NUMPY, element_count, serialize_bytes
-from naiad.core.errors import internal, invalid, not_found
+from naiad.core.errors import internal, invalid
 from naiad.core.request import InferRequest, InferResponse, log_prefix as _log
+from naiad.core.shared_memory import SharedMemoryRegistry, SharedMemoryUse
 from naiad.core.tensors import classify, from_buffer
 
 # Request parameters that steer the server rather than reach the model.
@@ -26,20 +27,28 @@ _OBJECT = np.dtype(np.object_)
 
 
 class OutputOptions:
-    """What the client asked of the outputs: binary or JSON, per output or for all."""
+    """What the client asked of the outputs: binary or JSON, per output or for all, or into shared memory."""
 
-    __slots__ = ("binary_default", "binary", "classification")
+    __slots__ = ("binary_default", "binary", "classification", "shm")
 
     def __init__(self) -> None:
         self.binary_default = False
         self.binary: dict[str, bool] = {}
         self.classification: dict[str, int] = {}
+        self.shm: SharedMemoryUse | None = None  # set when a tensor names a shared memory region
+
+    def shared_memory(self) -> SharedMemoryUse:
+        if self.shm is None:
+            self.shm = SharedMemoryUse()
+        return self.shm
 
 
 def decode_request(
-    body: bytes | bytearray, header_length: int | None, model_name: str, model_version: str
+    body: bytes | bytearray, header_length: int | None, model_name: str, model_version: str,
+    shared_memory: SharedMemoryRegistry | None = None,
 ) -> tuple[InferRequest, OutputOptions]:
-    """``header_length`` None: the body is all JSON; 0: the body is one raw input with no JSON at all."""
+    """``header_length`` None: the body is all JSON; 0: the body is one raw input with no JSON at all.
+    ``shared_memory``: the registered regions tensors may name."""
     request = InferRequest(model_name, model_version)
     options = OutputOptions()
     if header_length is None:
@@ -73,7 +82,8 @@ def decode_request(
     pending: list[tuple[str, str, np.dtype, list[int], Any]] = []
     offset = 0
     for item in inputs:
-        name, datatype, dtype, shape, source, used = _parse_input(item, tail, offset, model_name)
+        name, datatype, dtype, shape, source, used = _parse_input(item, tail, offset, model_name, options,
+                                                                  shared_memory)
         offset += used
         pending.append((name, datatype, dtype, shape, source))
     if offset != len(tail):
@@ -81,7 +91,8 @@ def decode_request(
     for name, datatype, dtype, shape, source in pending:
         count = element_count(shape)
         if isinstance(source, _Binary):
-            array = from_buffer(name, source.chunk, dtype, shape, request, model_name)
+            array = from_buffer(name, source.chunk, dtype, shape, request, model_name,
+                                core_bytes_wording=source.__class__ is _Mapped)
         else:
             array = _from_json(source, dtype, shape, count)
         if name in request.inputs:
@@ -95,6 +106,9 @@ def decode_request(
             out_name = _member(item, "name", str, "string")
             requested.append(out_name)
             out_params = item.get("parameters") or {}
+            shm = "shared_memory_region" in out_params
+            if shm:
+                _check_shm_output(out_params)
             # A listed output is binary only if it says so; binary_data_output covers unlisted requests.
             options.binary[out_name] = _boolean(out_params.get("binary_data", False), "binary_data")
             if out_params:
@@ -105,6 +119,9 @@ def decode_request(
                                        "non-unsigned-integer as unsigned-integer")
                     if k:
                         options.classification[out_name] = k
+                if shm:
+                    region, shm_offset, shm_size = _shm_parameters(out_params)
+                    options.shared_memory().output(shared_memory, out_name, region, shm_offset, shm_size)
         if requested:
             request.requested_outputs = requested
     return request, options
@@ -133,6 +150,12 @@ class _Binary:
 
     def __init__(self, chunk: bytes | memoryview) -> None:
         self.chunk = chunk
+
+
+class _Mapped(_Binary):
+    """An input's bytes in a registered shared memory region: Triton's core checks them, in its own words."""
+
+    __slots__ = ()
 
 
 _ONE_SOURCE = ("Input must set only one of the following fields: 'data', 'binary_data_size' in 'parameters', "
@@ -186,8 +209,8 @@ def _unsigned(value: Any, key: str) -> int:
     return value
 
 
-def _parse_input(item: Any, tail: bytes | memoryview, offset: int, model_name: str
-                 ) -> tuple[str, str, np.dtype, list[int], Any, int]:
+def _parse_input(item: Any, tail: bytes | memoryview, offset: int, model_name: str, options: OutputOptions,
+                 shared_memory: SharedMemoryRegistry | None) -> tuple[str, str, np.dtype, list[int], Any, int]:
     if not isinstance(item, dict):
         raise invalid(_ONE_SOURCE + "But no field is set")
     name = _member(item, "name", str, "string")
@@ -210,13 +233,16 @@ def _parse_input(item: Any, tail: bytes | memoryview, offset: int, model_name: s
     if len(sources) != 1:
         raise invalid(_ONE_SOURCE + ("But set " + " ".join(sources) if sources else "But no field is set"))
     if "data" in item:
+        if params:
+            _shm_parameters(params)  # Triton parses them beside 'data' too
         if datatype == "FP16":
             raise invalid(f"receiving FP16 data via JSON is not supported. Please use the binary data format for "
                           f"input {name}")
         return name, datatype, dtype, shape, item["data"], 0
     if "shared_memory_region" in params:
-        # No region can be registered yet, so every name is unknown.
-        raise not_found(f"Unable to find shared memory region: '{params['shared_memory_region']}'")
+        region, shm_offset, shm_size = _shm_parameters(params)
+        view = options.shared_memory().input(shared_memory, region, shm_offset, shm_size)
+        return name, datatype, dtype, shape, _Mapped(view), 0
     size = params["binary_data_size"]
     if type(size) is not int or size < 0:
         raise internal("Unable to parse 'binary_data_size': attempt to access JSON non-unsigned-integer as "
@@ -225,6 +251,34 @@ def _parse_input(item: Any, tail: bytes | memoryview, offset: int, model_name: s
         raise invalid(f"unexpected size for input '{name}', expecting {offset + size - len(tail)} additional bytes "
                       f"for model '{model_name}'")
     return name, datatype, dtype, shape, _Binary(tail[offset : offset + size]), size
+
+
+def _shm_parameters(params: dict[str, Any]) -> tuple[str, int, int]:
+    """A tensor's region, offset and byte size (0 when not given, as Triton reads them)."""
+    region = params.get("shared_memory_region", "")
+    if not isinstance(region, str):
+        raise internal("Unable to parse 'shared_memory_region': attempt to access JSON non-string as string")
+    sizes = [0, 0]
+    for i, key in enumerate(("shared_memory_offset", "shared_memory_byte_size")):
+        if key in params:
+            value = params[key]
+            if type(value) is not int or value < 0:
+                raise internal(f"Unable to parse '{key}': attempt to access JSON non-unsigned-integer as "
+                               "unsigned-integer")
+            sizes[i] = value
+    return region, sizes[0], sizes[1]
+
+
+def _check_shm_output(params: dict[str, Any]) -> None:
+    """What a shared-memory output can't also ask for, checked before anything else about it."""
+    if "classification" in params:
+        raise invalid("Output can't set both 'shared_memory_region' and 'classification'")
+    if "binary_data" in params:
+        binary = params["binary_data"]
+        if type(binary) is not bool:
+            raise internal("Unable to set 'binary_data': attempt to access JSON non-boolean as boolean")
+        if binary:
+            raise invalid("Output can't set both 'shared_memory_region' and 'binary_data'")
 
 
 def _flatten(data: list) -> list:
@@ -298,6 +352,7 @@ def encode_response(response: InferResponse, options: OutputOptions, labels: dic
     chunks: list[bytes | memoryview] = []
     binary_default = options.binary_default
     per_output = options.binary
+    shm = options.shm
     nonfinite = False
     for name, array in response.outputs.items():
         k = options.classification.get(name)
@@ -305,7 +360,9 @@ def encode_response(response: InferResponse, options: OutputOptions, labels: dic
             array = classify(array, k, (labels or {}).get(name))
         datatype = "BYTES" if array.dtype == _OBJECT else _wire_name(array.dtype)
         entry: dict[str, Any] = {"name": name, "datatype": datatype, "shape": list(array.shape)}
-        if per_output.get(name, binary_default):
+        if shm is not None and name in shm.outputs:
+            shm.write(name, array)  # the response then only describes it, as Triton's does
+        elif per_output.get(name, binary_default):
             raw = serialize_bytes(array) if datatype == "BYTES" else _contiguous(array)
             entry["parameters"] = {"binary_data_size": len(raw)}
             chunks.append(raw)

@@ -139,6 +139,9 @@ class Router:
                 return self._get(method, lambda: Reply(200 if self.service.is_ready() else 400))
         if parts[1] == "repository":
             return self._repository(method, parts[2:], body)
+        if parts[1] in ("systemsharedmemory", "cudasharedmemory"):
+            from naiad.frontends.http.shared_memory import route  # it builds on this module's replies
+            return route(self.service.shared_memory, method, parts, body)
         return _not_found()
 
     def _refused(self, parts: list[str], headers: dict[bytes, bytes]) -> Reply | None:
@@ -170,7 +173,7 @@ class Router:
                 length = int(header_length)
             except ValueError:
                 length = 0  # Triton reads an unparsable length as 0: a raw-input request
-        request, options = decode_request(body, length, name, version)
+        request, options = decode_request(body, length, name, version, self.service.shared_memory)
         if self.forward is not None:
             request.parameters.update(self.forward.select(header_pairs(headers)))
         future = self.service.infer(request, model)

@@ -223,7 +223,8 @@ def _raw_request(**fields) -> service_pb2.ModelInferRequest:
     (lambda r: setattr(r.parameters["mine"], "uint64_param", 1), grpc.StatusCode.INVALID_ARGUMENT,
      "invalid value type for 'mine' parameter, expected int64_param, bool_param, or string_param."),
     (lambda r: r.inputs[0].parameters["shared_memory_region"].__setattr__("string_param", "r0"),
-     grpc.StatusCode.NOT_FOUND, "Unable to find shared memory region: 'r0'"),
+     grpc.StatusCode.INVALID_ARGUMENT,
+     "'shared_memory_byte_size' must be specified along with 'shared_memory_region' parameter for tensor 'INPUT0'"),
 ])
 def test_infer_errors(stub, grpc_server: RunningServer, mutate, code, message: str) -> None:
     request = _raw_request()

@@ -1,0 +1,71 @@
+"""The shared-memory extension's HTTP routes, as Triton serves them:
+
+``/v2/{systemsharedmemory,cudasharedmemory}[/region/{name}]/{status,register,unregister}``; status is a GET,
+the others POSTs. Registering takes ``{"key", "offset", "byte_size"}``.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import orjson
+
+from naiad.core.errors import internal, invalid
+from naiad.core.shared_memory import SharedMemoryRegistry
+from naiad.frontends.http.routes import Reply, _method_not_allowed, _not_found, json_reply
+
+_ACTIONS = ("status", "register", "unregister")
+
+
+def route(registry: SharedMemoryRegistry, method: bytes, parts: list[str], body: bytes | bytearray) -> Reply:
+    """``parts``: the path split at '/', from "v2"; raises ``InferError`` for the caller to answer."""
+    rest = parts[2:]
+    if len(rest) == 1:
+        name, action = "", rest[0]
+    elif len(rest) == 3 and rest[0] == "region":
+        name, action = rest[1], rest[2]
+    else:
+        return _not_found()
+    if action not in _ACTIONS:
+        return _not_found()
+    if method != (b"GET" if action == "status" else b"POST"):
+        return _method_not_allowed()
+    cuda = parts[1] == "cudasharedmemory"
+    if action == "status":
+        return json_reply(registry.cuda_status(name) if cuda else registry.status(name))
+    if action == "register":
+        if not name:
+            kind = "cuda" if cuda else "system"
+            raise invalid(f"'region name' is necessary to register {kind} shared memory region")
+        if cuda:
+            registry.cuda_register(name)
+        key, offset, byte_size = _register_request(body)
+        registry.register(name, key, offset, byte_size)
+    elif not cuda:  # no CUDA region can exist: unregistering one is always done
+        registry.unregister(name) if name else registry.unregister_all()
+    return Reply(200)
+
+
+def _register_request(body: bytes | bytearray) -> tuple[str, int, int]:
+    """The register body's fields, refused with Triton's (rapidjson's) words."""
+    if not body:
+        raise internal("failed to parse the request JSON buffer: The document is empty. at 0")
+    try:
+        doc: Any = orjson.loads(body)
+    except orjson.JSONDecodeError as exc:
+        raise internal(f"failed to parse the request JSON buffer: {exc}") from None
+    if not isinstance(doc, dict) or "key" not in doc:
+        raise invalid("Shared memory register request has no 'key' field")
+    key = doc["key"]
+    if not isinstance(key, str):
+        raise internal("attempt to access JSON non-string as string")
+    offset = _unsigned(doc.get("offset", 0))
+    if "byte_size" not in doc:
+        raise invalid("Shared memory register request has no 'byte_size' field")
+    return key, offset, _unsigned(doc["byte_size"])
+
+
+def _unsigned(value: Any) -> int:
+    if type(value) is not int or value < 0:
+        raise internal("attempt to access JSON non-unsigned-integer as unsigned-integer")
+    return value
