@@ -9,6 +9,7 @@ simple_{http,grpc}_shm_string_client.py step by step, through whichever tritoncl
 from __future__ import annotations
 
 import os
+import threading
 from pathlib import Path
 from types import ModuleType
 from typing import Any
@@ -17,6 +18,7 @@ import numpy as np
 import tritonclient.utils.shared_memory as shm
 from tritonclient import utils
 
+from tests.backends.python.models import ADD_SUB
 from tests.models import write_model
 
 SIMPLE = """
@@ -27,19 +29,7 @@ SIMPLE = """
     output [{{ name: "OUTPUT0", data_type: {t}, dims: [ 16 ] }}, {{ name: "OUTPUT1", data_type: {t}, dims: [ 16 ] }}]
 """
 
-SIMPLE_PY = """
-    import triton_python_backend_utils as pb_utils
-
-    class TritonPythonModel:
-        def execute(self, requests):
-            out = []
-            for r in requests:
-                a = pb_utils.get_input_tensor_by_name(r, "INPUT0").as_numpy()
-                b = pb_utils.get_input_tensor_by_name(r, "INPUT1").as_numpy()
-                out.append(pb_utils.InferenceResponse([pb_utils.Tensor("OUTPUT0", a + b),
-                                                       pb_utils.Tensor("OUTPUT1", a - b)]))
-            return out
-"""
+SIMPLE_PY = ADD_SUB  # INPUT0 + INPUT1 and INPUT0 - INPUT1, whatever the datatype
 
 # The strings hold integers: their sum and difference, as strings.
 SIMPLE_STRING_PY = """
@@ -187,3 +177,11 @@ def string_roundtrip(client: Any, module: ModuleType) -> Any:
 def mapped(pid: int, shm_key: str) -> bool:
     """Whether process ``pid`` maps the shared memory object ``shm_key`` (Linux: /proc/<pid>/maps)."""
     return f"/dev/shm/{shm_key.lstrip('/')}" in Path(f"/proc/{pid}/maps").read_text()
+
+
+def wait_for_file(path: Path, timeout: float = 30.0) -> None:
+    """Until the gate model has touched ``path``: its request is then inside execute, holding its regions."""
+    for _ in range(int(timeout / 0.01)):
+        if path.exists():
+            return
+        threading.Event().wait(0.01)

@@ -17,7 +17,14 @@ import tritonclient.utils.shared_memory as shm
 from tritonclient.grpc import service_pb2 as pb, service_pb2_grpc
 from tritonclient.utils import InferenceServerException
 
-from tests.frontends.shared_memory_models import key, mapped, simple_roundtrip, string_roundtrip, write_shm_models
+from tests.frontends.shared_memory_models import (
+    key,
+    mapped,
+    simple_roundtrip,
+    string_roundtrip,
+    wait_for_file,
+    write_shm_models,
+)
 from tests.server import RunningServer
 
 StatusCode = grpc.StatusCode
@@ -256,10 +263,7 @@ def test_unregister_while_in_use(client: grpcclient.InferenceServerClient, regio
         "gate", [tensor], parameters={"started": str(started), "release": str(release)})))
     thread.start()
     try:
-        for _ in range(3000):
-            if started.exists():
-                break
-            threading.Event().wait(0.01)
+        wait_for_file(started)
         error = _error(lambda: client.unregister_system_shared_memory("r"))
         assert (error.status(), error.message()) == (
             "StatusCode.INTERNAL", "Cannot unregister shared memory region 'r', it is currently in use.")

@@ -16,7 +16,14 @@ import tritonclient.utils.shared_memory as shm
 from tritonclient import utils
 from tritonclient.utils import InferenceServerException
 
-from tests.frontends.shared_memory_models import key, mapped, simple_roundtrip, string_roundtrip, write_shm_models
+from tests.frontends.shared_memory_models import (
+    key,
+    mapped,
+    simple_roundtrip,
+    string_roundtrip,
+    wait_for_file,
+    write_shm_models,
+)
 from tests.server import RunningServer
 
 SYSTEM = "/v2/systemsharedmemory"
@@ -253,10 +260,7 @@ def test_unregister_while_in_use(server: RunningServer, region: object, tmp_path
     thread = threading.Thread(target=lambda: replies.append(_call(server, "POST", "/v2/models/gate/infer", body)))
     thread.start()
     try:
-        for _ in range(3000):
-            if started.exists():
-                break
-            threading.Event().wait(0.01)
+        wait_for_file(started)
         assert _call(server, "POST", f"{SYSTEM}/region/r/unregister") == (
             500, {"error": "Cannot unregister shared memory region 'r', it is currently in use."})
         assert _call(server, "POST", f"{SYSTEM}/unregister") == (
