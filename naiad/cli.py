@@ -10,7 +10,9 @@ import sys
 from pathlib import Path
 
 from naiad import __version__
+from naiad.core import trace_config
 from naiad.core.errors import InferError
+from naiad.core.settings import FORMATS, LogSettings
 from naiad.frontends.grpc import options as grpc_options
 from naiad.frontends.http import options as http_options
 from naiad.frontends.metrics import options as metrics_options
@@ -127,6 +129,10 @@ def build_parser() -> argparse.ArgumentParser:
     _flag(serve, "--log-info", True, "log informational messages")
     _flag(serve, "--log-warning", True, "log warnings")
     _flag(serve, "--log-error", True, "log errors")
+    serve.add_argument("--log-format", choices=FORMATS, default="default",
+                       help="default: Triton's 'IMMDD hh:mm:ss.sss'; ISO8601: 'YYYY-MM-DDThh:mm:ss.sssZ I'")
+    serve.add_argument("--log-file", default="", metavar="PATH", help="write the log here instead of stderr")
+    trace_config.add_arguments(serve)
     _compatibility_flags(serve)
     return parser
 
@@ -164,32 +170,29 @@ _LIBRARY_LOGGERS = ("hpack", "h2", "grpc", "asyncio", "botocore", "boto3", "s3tr
                     "PIL", "matplotlib", "onnx", "torch")
 
 
-def _configure_logging(args: argparse.Namespace) -> None:
-    if args.log_verbose > 0:
-        level = logging.DEBUG
-    elif args.log_info:
-        level = logging.INFO
-    elif args.log_warning:
-        level = logging.WARNING
-    elif args.log_error:
-        level = logging.ERROR
-    else:
-        level = logging.CRITICAL + 1
-    logging.basicConfig(level=level, stream=sys.stderr,
-                        format="%(levelname).1s%(asctime)s %(process)d %(name)s] %(message)s",
-                        datefmt="%m%d %H:%M:%S")
+def _configure_logging(args: argparse.Namespace) -> LogSettings:
+    settings = LogSettings()
+    settings.configure(args.log_info, args.log_warning, args.log_error, args.log_verbose, args.log_format,
+                       args.log_file)
     # --log-verbose is about naiad's own lines: libraries' debug output (HPACK tables, botocore's wire log,
     # asyncio) appears only from level 2 up.
     if args.log_verbose < 2:
+        level = settings.logger.level
         for name in _LIBRARY_LOGGERS:
             logging.getLogger(name).setLevel(max(level, logging.INFO))
+    return settings
 
 
 def serve(args: argparse.Namespace) -> int:
     from naiad.server import Server, ServerOptions
 
-    _configure_logging(args)
     try:
+        log_settings = _configure_logging(args)
+    except OSError as exc:
+        print(f"error: failed to open log file {args.log_file}: {exc.strerror}", file=sys.stderr)
+        return 1
+    try:
+        trace = trace_config.from_args(args)
         sagemaker = sagemaker_options.from_args(args)
         metrics = metrics_options.from_args(args)
         http = http_options.from_args(args)
@@ -230,6 +233,8 @@ def serve(args: argparse.Namespace) -> int:
         http=http,
         metrics=metrics,
         sagemaker=sagemaker,
+        log_settings=log_settings,
+        trace=trace,
     )
     try:
         import uvloop

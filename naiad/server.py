@@ -8,9 +8,12 @@ import logging
 import signal
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from naiad.core.errors import STATUS_NAMES, InferError, internal, invalid
+from naiad.core.settings import LogSettings
 from naiad.core.stats import ModelStats
+from naiad.core.tracing import Tracer
 from naiad.frontends.grpc.options import GrpcOptions
 from naiad.frontends.http.options import HttpOptions
 from naiad.frontends.http.protocol import HttpProtocol
@@ -55,6 +58,8 @@ class ServerOptions:
     metrics: MetricsOptions = field(default_factory=MetricsOptions)
     sagemaker: SageMakerOptions = field(default_factory=SageMakerOptions)
     http: HttpOptions = field(default_factory=HttpOptions)  # restricted APIs, header forwarding
+    log_settings: LogSettings | None = None  # as the command line configured logging
+    trace: dict[str, Any] = field(default_factory=dict)  # the tracer's start-up values (--trace-config)
 
 
 class Server:
@@ -93,6 +98,9 @@ class Server:
         self.service = Service(self.repository, strict_readiness=options.strict_readiness, control=self.control,
                                residency=self.residency)
         self.service.server_id = options.server_id
+        if options.log_settings is not None:
+            self.service.log_settings = options.log_settings
+        self.service.tracer = Tracer(options.trace)
         self._servers: list[asyncio.base_events.Server] = []
         self._grpc = None  # grpc.aio.Server
         self._metrics = None  # MetricsService
@@ -231,6 +239,7 @@ class Server:
         await self.control.close()
         self.repository.unload_all()
         self.service.shared_memory.close()  # unmap what clients left registered
+        self.service.tracer.close()  # the traces still held, and the trace file's closing bracket
         log.info("All models are stopped, unloading models")
 
 

@@ -12,8 +12,9 @@ from typing import Any, AsyncIterator
 import naiad
 from naiad.core.errors import Code, InferError, invalid, unavailable
 from naiad.core.request import InferRequest, InferResponse
-from naiad.core.settings import LogSettings, TraceSettings
+from naiad.core.settings import LogSettings
 from naiad.core.shared_memory import SharedMemoryRegistry
+from naiad.core.tracing import Tracer
 from naiad.repository.control import ModelControl
 from naiad.repository.manager import ModelRepository
 from naiad.repository.model import ModelVersion
@@ -54,7 +55,7 @@ class Service:
         self.failure: InferError | None = None
         self.server_id = "triton"  # --id: Triton's default name, which clients (tritonclient's examples) check
         self.log_settings = LogSettings()
-        self.trace_settings = TraceSettings()
+        self.tracer = Tracer()  # --trace-config; the trace extension changes it
         self.shared_memory = SharedMemoryRegistry()  # regions clients registered, for every front end
 
     # --- inference ----------------------------------------------------------------------------------------------
@@ -75,9 +76,23 @@ class Service:
             raise InferError(f"model '{model.name}' uses the decoupled transaction policy: its responses can only be "
                              "streamed (gRPC ModelStreamInfer, HTTP generate_stream, BLS exec(decoupled=True))",
                              Code.UNSUPPORTED)
+        if self.tracer.enabled:
+            return self._traced(request, model)
         future = model.submit(request)
         self.in_flight += 1
         future.add_done_callback(self._finished)
+        return future
+
+    def _traced(self, request: InferRequest, model: ModelVersion) -> "asyncio.Future[InferResponse]":
+        """``infer`` for a request the tracer may sample: its trace ends with the response."""
+        trace = request.trace = self.tracer.sample(model.name, model.version_str, request.id)
+        if trace is not None:
+            trace.add("QUEUE_START")  # before submit: a free instance may start executing within it
+        future = model.submit(request)
+        self.in_flight += 1
+        future.add_done_callback(self._finished)
+        if trace is not None:
+            future.add_done_callback(lambda _: trace.end())
         return future
 
     async def stream(self, request: InferRequest, model: ModelVersion | None = None) -> AsyncIterator[InferResponse]:
@@ -109,8 +124,14 @@ class Service:
                 respond(response)
 
         request.responder = respond
+        trace = request.trace = (self.tracer.sample(model.name, model.version_str, request.id)
+                                 if self.tracer.enabled else None)
+        if trace is not None:
+            trace.add("QUEUE_START")
         future = model.submit(request)
         future.add_done_callback(executed)
+        if trace is not None:
+            future.add_done_callback(lambda _: trace.end())
         self.in_flight += 1
         try:
             while True:

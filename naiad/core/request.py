@@ -6,11 +6,14 @@ construction cheap on the hot path; nothing here validates, the model's signatur
 
 from __future__ import annotations
 
-from typing import Any, Callable
+from typing import TYPE_CHECKING, Any, Callable
 
 import numpy as np
 
 from naiad.core.errors import InferError
+
+if TYPE_CHECKING:
+    from naiad.core.tracing import Trace
 
 
 class InferRequest:
@@ -31,6 +34,7 @@ class InferRequest:
         "responder",
         "cache_key",
         "cache_ns",
+        "trace",
     )
 
     def __init__(
@@ -64,6 +68,7 @@ class InferRequest:
         # Set by a model with the response cache on a miss: where to store the response, and the lookup time.
         self.cache_key: bytes | None = None
         self.cache_ns = 0
+        self.trace: Trace | None = None  # set when the request is sampled for tracing (naiad.core.tracing)
 
 
 def log_prefix(request: InferRequest) -> str:

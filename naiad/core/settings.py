@@ -1,14 +1,19 @@
-"""Run-time settings clients read and change over the protocols: logging and trace settings.
+"""Run-time settings clients read and change over the protocols: logging, and the checks of a trace update.
 
-Front ends check the wire types and Triton's wording; these classes hold and apply the values.
+Front ends turn their wire values into plain Python ones (checking the wire types in their own words); the
+checks Triton makes of the values themselves, in its order and words, are here, once for HTTP and gRPC.
 """
 
 from __future__ import annotations
 
 import logging
+import sys
 from typing import Any
 
-from naiad.core.errors import invalid
+from naiad.core.errors import Code, InferError, invalid
+from naiad.core.tracing import LEVELS
+
+FORMATS = ("default", "ISO8601")
 
 
 def log_level(info: bool, warning: bool, error: bool, verbose: int) -> int:
@@ -24,8 +29,18 @@ def log_level(info: bool, warning: bool, error: bool, verbose: int) -> int:
     return logging.CRITICAL + 1
 
 
+def formatter(log_format: str) -> logging.Formatter:
+    """Triton's two line formats: ``I1125 12:00:00.123456 42 file] msg`` and ISO 8601."""
+    if log_format == "ISO8601":
+        return logging.Formatter("%(asctime)s.%(msecs)03dZ %(levelname).1s %(process)d %(name)s] %(message)s",
+                                 datefmt="%Y-%m-%dT%H:%M:%S")
+    return logging.Formatter("%(levelname).1s%(asctime)s.%(msecs)03d %(process)d %(name)s] %(message)s",
+                             datefmt="%m%d %H:%M:%S")
+
+
 class LogSettings:
-    """Triton's log settings, applied to the root logger whenever they change."""
+    """Triton's log settings, applied to the root logger whenever they change. ``--log-file`` replaces the
+    stderr handler; it can't be changed over the network, as in Triton."""
 
     def __init__(self, logger: logging.Logger | None = None) -> None:
         self.logger = logger or logging.getLogger()
@@ -37,64 +52,97 @@ class LogSettings:
         self.verbose = 1 if level <= logging.DEBUG else 0
         self.format = "default"
 
+    def configure(self, info: bool, warning: bool, error: bool, verbose: int, log_format: str = "default",
+                  file: str = "") -> None:
+        """Start-up: one handler, to stderr or to ``file``, in ``log_format``."""
+        for handler in list(self.logger.handlers):
+            self.logger.removeHandler(handler)
+            handler.close()
+        handler: logging.Handler = logging.FileHandler(file) if file else logging.StreamHandler(sys.stderr)
+        self.logger.addHandler(handler)
+        self.file = file
+        self.update(info=info, warning=warning, error=error, verbose=verbose, format=log_format)
+
     def update(self, **values: Any) -> None:
         for key, value in values.items():
             setattr(self, key, value)
         self.logger.setLevel(log_level(self.info, self.warning, self.error, self.verbose))
-        formatter = logging.Formatter(
-            "%(asctime)s %(levelname).1s %(process)d %(name)s] %(message)s" if self.format == "ISO8601"
-            else "%(levelname).1s%(asctime)s %(process)d %(name)s] %(message)s",
-            datefmt="%Y-%m-%dT%H:%M:%SZ" if self.format == "ISO8601" else "%m%d %H:%M:%S",
-        )
         for handler in self.logger.handlers:
-            handler.setFormatter(formatter)
+            handler.setFormatter(formatter(self.format))
 
     def as_dict(self) -> dict[str, Any]:
         return {"log_file": self.file, "log_info": self.info, "log_warning": self.warning, "log_error": self.error,
                 "log_verbose_level": self.verbose, "log_format": self.format}
 
 
-# Triton's defaults (tritonserver --help): tracing off, every 1000th request, no count limit.
-TRACE_DEFAULTS: dict[str, list[str]] = {
-    "trace_level": ["OFF"],
-    "trace_rate": ["1000"],
-    "trace_count": ["-1"],
-    "log_frequency": ["0"],
-    "trace_file": [""],
-    "trace_mode": ["triton"],
-}
+# Log setting name -> LogSettings attribute and the Python type of its value.
+LOG_KEYS: dict[str, tuple[str, type]] = {"log_info": ("info", bool), "log_warning": ("warning", bool),
+                                         "log_error": ("error", bool), "log_verbose_level": ("verbose", int),
+                                         "log_format": ("format", str)}
 
 
-class TraceSettings:
-    """Global trace settings and per-model overrides; a cleared model setting falls back to the global one.
+def log_changes(values: dict[str, Any], format_flag: str = "log_format") -> dict[str, Any]:
+    """LogSettings.update's arguments from typed values (``None``: left as it is). ``format_flag`` is how the
+    protocol names the format in its error (HTTP's Triton says ``--log_format``)."""
+    changes: dict[str, Any] = {}
+    for key, (attribute, _) in LOG_KEYS.items():
+        value = values.get(key)
+        if value is None:
+            continue
+        if key == "log_format" and value not in FORMATS:
+            raise invalid(f"invalid argument for {format_flag}, got: {value}")
+        changes[attribute] = value
+    return changes
 
-    naiad collects no traces yet; with no trace file every level but OFF is refused, as Triton refuses it.
-    """
 
-    def __init__(self) -> None:
-        self.global_settings = {k: list(v) for k, v in TRACE_DEFAULTS.items()}
-        self.models: dict[str, dict[str, list[str]]] = {}
+def no_file_change(name: str) -> InferError:
+    kind = "trace" if name == "trace_file" else "log"
+    return InferError(f"{kind} file location can not be updated through network protocol", Code.UNSUPPORTED)
 
-    def get(self, model: str = "") -> dict[str, list[str]]:
-        settings = dict(self.global_settings)
-        if model:
-            settings.update(self.models.get(model, {}))
-        return settings
 
-    def update(self, model: str, changes: dict[str, list[str] | None]) -> None:
-        """``None`` clears a setting: a model's returns to the global value, a global one to Triton's default.
+def trace_changes(values: dict[str, list[str] | None]) -> dict[str, Any]:
+    """Tracer.update's argument from a trace update whose values are lists of strings (``None``: clear it),
+    with Triton's checks: an unknown level is ignored, numbers are read as C's ``stoi`` reads them."""
+    if "trace_file" in values:
+        raise no_file_change("trace_file")
+    changes: dict[str, Any] = {}
+    if "trace_level" in values:
+        levels = values["trace_level"]
+        if levels is None:
+            changes["trace_level"] = None
+        elif "OFF" in levels:
+            if len(levels) > 1:
+                raise invalid("Expect only one trace level 'OFF' is specified")
+            changes["trace_level"] = ()
+        else:
+            known = tuple(level for level in LEVELS if level in levels)
+            if known:
+                changes["trace_level"] = known
+    for key, low, high in (("trace_rate", 0, 2**32 - 1), ("trace_count", -1, 2**31 - 1),
+                           ("log_frequency", 0, 2**32 - 1)):
+        if key not in values:
+            continue
+        given = values[key]
+        if given is None:
+            changes[key] = None
+            continue
+        if len(given) > 1:
+            raise invalid(f"expect only 1 value for '{key}'")
+        number = _stoi(given[0], key)
+        if key == "trace_count" and number < -1:
+            raise invalid(f"Unable to parse '{key}'. Expecting value >= -1, got: {given[0]}")
+        if not low <= number <= high:
+            raise invalid(f"Unable to parse '{key}', value is out of range [ {low}, {high} ], got: {given[0]}")
+        changes[key] = number
+    return changes
 
-        Like Triton, tracing can't be switched on without a trace file, and no file can be set remotely.
-        """
-        level = changes.get("trace_level", self.get(model)["trace_level"])
-        if level is not None and level != ["OFF"] and self.get(model)["trace_file"] == [""]:
-            raise invalid("Attempting to set invalid trace setting :trace file name is not given")
-        for key, value in changes.items():
-            if model:
-                overrides = self.models.setdefault(model, {})
-                if value is None:
-                    overrides.pop(key, None)
-                else:
-                    overrides[key] = value
-            else:
-                self.global_settings[key] = list(TRACE_DEFAULTS[key]) if value is None else value
+
+def _stoi(text: str, key: str) -> int:
+    digits = text.lstrip()
+    end = 1 if digits[:1] in ("+", "-") else 0
+    while end < len(digits) and digits[end].isdigit():
+        end += 1
+    try:
+        return int(digits[:end])
+    except ValueError:
+        raise invalid(f"Unable to parse '{key}', got: {text}") from None

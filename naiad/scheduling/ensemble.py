@@ -154,7 +154,10 @@ class _Context:
         request.priority = parent.priority
         request.timeout_us = parent.timeout_us
         try:
-            future = self.scheduler._resolve(step.model_name, step.version).submit(request)
+            model = self.scheduler._resolve(step.model_name, step.version)
+            if parent.trace is not None:  # a traced ensemble traces its steps, as Triton's child traces
+                request.trace = parent.trace.child(model.name, model.version_str, parent.id)
+            future = model.submit(request)
         except InferError as exc:
             self._fail(step, exc)
             return
@@ -163,6 +166,8 @@ class _Context:
             return
         self.in_flight += 1
         future.add_done_callback(lambda f, s=step: self._step_done(s, f))
+        if request.trace is not None:
+            future.add_done_callback(lambda _, trace=request.trace: trace.add("REQUEST_END"))
 
     def _step_done(self, step: _Step, future: asyncio.Future[InferResponse]) -> None:
         self.in_flight -= 1

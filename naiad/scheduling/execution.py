@@ -71,6 +71,8 @@ def record(stats: ModelStats, requests: list[InferRequest], result: Execution, s
     inferences = 0
     for r in requests:
         inferences += r.batch_size or 1
+        if r.trace is not None:
+            _trace_compute(r, result, started_ns)
     stats.record_execution(inferences if batch_size is None else batch_size, result.input_ns, result.infer_ns,
                            result.output_ns, result.failed, inferences)
     if result.failed:
@@ -84,6 +86,18 @@ def record(stats: ModelStats, requests: list[InferRequest], result: Execution, s
         stats.compute_input.add(result.input_ns, n)
         stats.compute_infer.add(result.infer_ns, n)
         stats.compute_output.add(result.output_ns, n)
+
+
+def _trace_compute(request: InferRequest, result: Execution, started_ns: int) -> None:
+    """The execution's phases as Triton's COMPUTE_* activities, from the times the backend measured."""
+    trace = request.trace
+    assert trace is not None
+    input_end = started_ns + result.input_ns
+    output_start = input_end + result.infer_ns
+    trace.add("COMPUTE_START", started_ns)
+    trace.add("COMPUTE_INPUT_END", input_end)
+    trace.add("COMPUTE_OUTPUT_START", output_start)
+    trace.add("COMPUTE_END", output_start + result.output_ns)
 
 
 def _log_failure(requests: list[InferRequest], result: Execution) -> None:

@@ -10,11 +10,8 @@ from typing import Any
 from google.protobuf import json_format
 from tritonclient.grpc import service_pb2 as pb
 
-from naiad.core.errors import (
-    Code,
-    InferError,
-    invalid,
-)
+from naiad.core.errors import invalid
+from naiad.core.settings import LOG_KEYS, log_changes, no_file_change, trace_changes
 from naiad.frontends.grpc.codec import parse_version
 from naiad.repository.control import decode_files
 from naiad.service import Service
@@ -115,14 +112,16 @@ class Control:
         if model and not self.service.model_ready(model):
             raise invalid(f"Request for unknown model : {model}")
         if request.settings:
-            self.service.trace_settings.update(model, _trace_changes(request.settings))
-        settings = self.service.trace_settings.get(model)
+            # An empty value list clears a setting.
+            values = {key: list(setting.value) or None for key, setting in request.settings.items()}
+            self.service.tracer.update(model, trace_changes(values))
         value = pb.TraceSettingResponse.SettingValue
-        return pb.TraceSettingResponse(settings={k: value(value=v) for k, v in settings.items()})
+        return pb.TraceSettingResponse(settings={k: value(value=v)
+                                                 for k, v in self.service.tracer.settings(model).items()})
 
     def LogSettings(self, request: pb.LogSettingsRequest) -> pb.LogSettingsResponse:
         if request.settings:
-            self.service.log_settings.update(**_log_changes(request.settings))
+            self.service.log_settings.update(**log_changes(_log_values(request.settings)))
         value = pb.LogSettingsResponse.SettingValue
         settings: dict[str, Any] = {}
         for key, current in self.service.log_settings.as_dict().items():
@@ -135,74 +134,22 @@ class Control:
         return pb.LogSettingsResponse(settings=settings)
 
 
-def _trace_changes(settings: Any) -> dict[str, list[str] | None]:
-    """Triton's checks of a trace update, in its order and words; an empty value list clears a setting."""
-    if "trace_file" in settings:
-        raise InferError("trace file location can not be updated through network protocol", Code.UNSUPPORTED)
-    changes: dict[str, list[str] | None] = {}
-    if "trace_level" in settings:
-        levels = list(settings["trace_level"].value)
-        if not levels:
-            changes["trace_level"] = None
-        else:
-            if "OFF" in levels and len(levels) > 1:
-                raise invalid("Expect only one trace level 'OFF' is specified")
-            known = [level for level in ("TIMESTAMPS", "TENSORS") if level in levels]
-            if levels == ["OFF"]:
-                changes["trace_level"] = ["OFF"]
-            elif known:
-                changes["trace_level"] = known
-    for key, low, high in (("trace_rate", 0, 2**32 - 1), ("trace_count", -1, 2**31 - 1),
-                           ("log_frequency", 0, 2**32 - 1)):
-        if key not in settings:
-            continue
-        values = list(settings[key].value)
-        if not values:
-            changes[key] = None
-            continue
-        if len(values) > 1:
-            raise invalid(f"expect only 1 value for '{key}'")
-        number = _stoi(values[0], key)
-        if key == "trace_count" and number < -1:
-            raise invalid(f"Unable to parse '{key}'. Expecting value >= -1, got: {values[0]}")
-        if not low <= number <= high:
-            raise invalid(f"Unable to parse '{key}', value is out of range [ {low}, {high} ], got: {values[0]}")
-        changes[key] = [str(number)]
-    return changes
+# The parameter a log setting must arrive in, and how Triton names that type in its error.
+_LOG_PARAMS = {bool: ("bool_param", "boolean"), int: ("uint32_param", "int32"), str: ("string_param", "string")}
 
 
-def _stoi(text: str, key: str) -> int:
-    digits = text.strip()
-    end = 1 if digits[:1] in ("+", "-") else 0
-    while end < len(digits) and digits[end].isdigit():
-        end += 1
-    try:
-        return int(digits[:end])
-    except ValueError:
-        raise invalid(f"Unable to parse '{key}', got: {text}") from None
-
-
-_LOG_KINDS = {"log_info": ("bool_param", "boolean", "info"), "log_warning": ("bool_param", "boolean", "warning"),
-              "log_error": ("bool_param", "boolean", "error"),
-              "log_verbose_level": ("uint32_param", "int32", "verbose"),
-              "log_format": ("string_param", "string", "format")}
-
-
-def _log_changes(settings: Any) -> dict[str, Any]:
+def _log_values(settings: Any) -> dict[str, Any]:
     if "log_file" in settings:
-        raise InferError("log file location can not be updated through network protocol", Code.UNSUPPORTED)
-    changes: dict[str, Any] = {}
-    for key, (kind, kind_name, attribute) in _LOG_KINDS.items():
+        raise no_file_change("log_file")
+    values: dict[str, Any] = {}
+    for key, (_, kind) in LOG_KEYS.items():
         if key not in settings:
             continue
-        param = settings[key]
-        if param.WhichOneof("parameter_choice") != kind:
+        param, kind_name = _LOG_PARAMS[kind]
+        if settings[key].WhichOneof("parameter_choice") != param:
             raise invalid(f"expect {kind_name} for '{key}'")
-        value = getattr(param, kind)
-        if key == "log_format" and value not in ("default", "ISO8601"):
-            raise invalid(f"invalid argument for log_format, got: {value}")
-        changes[attribute] = value
-    return changes
+        values[key] = getattr(settings[key], param)
+    return values
 
 
 def unary_methods(control: Control) -> dict[str, Callable[[Any], Any]]:

@@ -113,6 +113,9 @@ class Router:
                 rest = rest[2:]
             if not rest:
                 return self._get(method, lambda: json_reply(self.service.model_metadata(name, version)))
+            if rest == ["trace", "setting"] and not version:  # Triton has no versioned trace settings
+                from naiad.frontends.http import settings  # it builds on this module's replies
+                return self._settings(method, lambda: settings.trace(self.service, method, name, body))
             if len(rest) == 1:
                 action = rest[0]
                 if action == "infer":
@@ -139,6 +142,12 @@ class Router:
                 return self._get(method, lambda: Reply(200 if self.service.is_ready() else 400))
         if parts[1] == "repository":
             return self._repository(method, parts[2:], body)
+        if parts[1:] in (["trace", "setting"], ["logging"]):
+            from naiad.frontends.http import settings
+        if parts[1:] == ["trace", "setting"]:
+            return self._settings(method, lambda: settings.trace(self.service, method, "", body))
+        if parts[1:] == ["logging"]:
+            return self._settings(method, lambda: settings.logging(self.service, method, body))
         if parts[1] in ("systemsharedmemory", "cudasharedmemory"):
             from naiad.frontends.http.shared_memory import route  # it builds on this module's replies
             return route(self.service.shared_memory, method, parts, body)
@@ -151,6 +160,13 @@ class Router:
         if rule is None or headers.get(rule[0]) == rule[1]:
             return None
         return rule[2]
+
+    @staticmethod
+    def _settings(method: bytes, produce: Callable[[], Reply]) -> Reply:
+        """Trace and log settings: read with GET, changed with POST."""
+        if method not in (b"GET", b"HEAD", b"POST"):
+            return _method_not_allowed()
+        return produce()
 
     @staticmethod
     def _get(method: bytes, produce: Callable[[], Reply]) -> Reply:

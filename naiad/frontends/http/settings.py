@@ -1,0 +1,74 @@
+"""Triton's trace and logging extensions over HTTP: ``/v2/trace/setting``, ``/v2/models/{m}/trace/setting`` and
+``/v2/logging``. GET shows the settings, POST changes them and shows the result.
+
+The values' checks are the core's (``naiad.core.settings``); here only the JSON types, with Triton's words. Triton
+answers a wrong JSON type or a body that isn't JSON with a 500; naiad with a 400, the client's fault.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import orjson
+
+from naiad.core.errors import invalid
+from naiad.core.settings import LOG_KEYS, log_changes, no_file_change, trace_changes
+from naiad.frontends.http.routes import Reply, json_reply
+from naiad.service import Service
+
+_JSON_TYPES = {bool: "boolean", int: "unsigned-integer", str: "string", list: "array"}
+
+
+def trace(service: Service, method: bytes, model: str, body: bytes | bytearray) -> Reply:
+    if model and not service.model_ready(model):
+        raise invalid(f"Request for unknown model : {model}")
+    if method == b"POST":
+        document = _document(body)
+        values: dict[str, list[str] | None] = {}
+        for key in ("trace_file", "trace_level", "trace_rate", "trace_count", "log_frequency"):
+            if key not in document:
+                continue
+            value = document[key]
+            if value is None:
+                values[key] = None
+            elif key == "trace_level":
+                values[key] = [_typed(level, str) for level in _typed(value, list)]
+            else:
+                values[key] = [_typed(value, str)]
+        service.tracer.update(model, trace_changes(values))
+    settings = service.tracer.settings(model)
+    shown: dict[str, Any] = {key: value[0] for key, value in settings.items()}
+    shown["trace_level"] = settings["trace_level"]
+    # Triton's order: level, rate, count, log frequency, file, mode.
+    return json_reply({key: shown[key] for key in ("trace_level", "trace_rate", "trace_count", "log_frequency",
+                                                     "trace_file", "trace_mode")})
+
+
+def logging(service: Service, method: bytes, body: bytes | bytearray) -> Reply:
+    if method == b"POST":
+        document = _document(body)
+        if document.get("log_file") is not None:
+            raise no_file_change("log_file")
+        values = {}
+        for key, (_, kind) in LOG_KEYS.items():
+            if document.get(key) is not None:
+                values[key] = _typed(document[key], kind)
+        service.log_settings.update(**log_changes(values, format_flag="--log_format"))
+    return json_reply(service.log_settings.as_dict())
+
+
+def _document(body: bytes | bytearray) -> dict[str, Any]:
+    try:
+        document = orjson.loads(body)
+    except orjson.JSONDecodeError as exc:
+        raise invalid(f"failed to parse the request JSON buffer: {exc}") from None
+    return document if isinstance(document, dict) else {}  # Triton finds no settings in anything else
+
+
+def _typed(value: Any, kind: type) -> Any:
+    # bool is an int in Python, not in JSON; verbose levels are unsigned.
+    wrong = not isinstance(value, kind) or (kind is int and (isinstance(value, bool) or value < 0))
+    if wrong:
+        name = _JSON_TYPES[kind]
+        raise invalid(f"attempt to access JSON non-{name} as {name}")
+    return value
