@@ -7,7 +7,9 @@ import asyncio
 import logging
 import os
 import sys
+from collections.abc import Callable, Coroutine
 from pathlib import Path
+from typing import Any
 
 from naiad import __version__
 from naiad.core import trace_config
@@ -239,7 +241,7 @@ def serve(args: argparse.Namespace) -> int:
     try:
         import uvloop
 
-        run = uvloop.run
+        run: Callable[[Coroutine[Any, Any, None]], None] = uvloop.run
     except ImportError:
         run = asyncio.run
     try:

@@ -73,11 +73,10 @@ def validate_scheduling(config: ModelConfig) -> None:
                 source.next.append(out)
     ready: deque[_Node] = deque()
     for io in config.input:
-        node = nodes.get(io.name)
-        if node is None:
+        if (given := nodes.get(io.name)) is None:
             raise invalid(f"ensemble input '{io.name}' for ensemble {name}' is not used")
-        node.ready = True
-        ready.append(node)
+        given.ready = True
+        ready.append(given)
     while ready:
         node = ready.popleft()
         for nxt in node.next:
@@ -86,11 +85,10 @@ def validate_scheduling(config: ModelConfig) -> None:
                 ready.append(nxt)
     outputs: set[str] = set()
     for io in config.output:
-        node = nodes.get(io.name)
-        if node is None:
+        if (produced_by := nodes.get(io.name)) is None:
             raise invalid(f"ensemble output '{io.name}' for ensemble {name}' is not used")
-        if not node.ready:
-            raise invalid(_not_written(node, name))
+        if not produced_by.ready:
+            raise invalid(_not_written(produced_by, name))
         outputs.add(io.name)
     for tensor, node in nodes.items():
         if tensor not in outputs and (not node.ready or not node.next):

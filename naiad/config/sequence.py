@@ -69,7 +69,7 @@ def _controls(config: ModelConfig, kind: int) -> list[tuple[str, pb.ModelSequenc
     """The (tensor name, control) pairs of one kind, after Triton's checks common to every kind."""
     name = config.name
     seen: set[str] = set()
-    found = []
+    found: list[tuple[str, pb.ModelSequenceBatching.Control]] = []
     for control_input in config.sequence_batching.control_input:
         if not control_input.name:
             raise invalid(f"sequence batching control tensor must have a name for {name}")
@@ -103,6 +103,8 @@ def _boolean(config: ModelConfig, kind: int, shape: tuple[int, ...]) -> BooleanC
     values, dtype, label = present[0]
     if len(values) != 2:
         raise invalid(f"sequence batching control '{label}' must have exactly 2 entries for {where}")
+    false: np.ndarray
+    true: np.ndarray
     false, true = (np.full(shape, v, dtype=dtype) for v in values)
     false.setflags(write=False)
     true.setflags(write=False)

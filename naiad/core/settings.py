@@ -58,8 +58,7 @@ class LogSettings:
         for handler in list(self.logger.handlers):
             self.logger.removeHandler(handler)
             handler.close()
-        handler: logging.Handler = logging.FileHandler(file) if file else logging.StreamHandler(sys.stderr)
-        self.logger.addHandler(handler)
+        self.logger.addHandler(logging.FileHandler(file) if file else logging.StreamHandler(sys.stderr))
         self.file = file
         self.update(info=info, warning=warning, error=error, verbose=verbose, format=log_format)
 

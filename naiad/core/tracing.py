@@ -227,10 +227,10 @@ class Tracer:
             self._global.flush()
             self._global = sampler
             # Models that follow the global setting for some values get a setting built on the new one.
-            for name, (old, overrides) in list(self._models.items()):
+            for name, (replaced, overrides) in list(self._models.items()):
                 if len(overrides) < len(KEYS):
                     self._models[name] = (self._sampler({**values, **overrides}), overrides)
-                    old.flush()
+                    replaced.flush()
         self._refresh()
 
     def _checked(self, values: dict[str, Any]) -> Sampler:

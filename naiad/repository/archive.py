@@ -21,7 +21,7 @@ import shutil
 import tarfile
 import zlib
 from pathlib import Path
-from typing import IO
+from typing import IO, cast
 
 from naiad.core.errors import internal, invalid, not_found
 
@@ -76,7 +76,7 @@ def _decompressed(raw: IO[bytes]) -> IO[bytes]:
     magic = raw.read(6)
     raw.seek(0)
     if magic.startswith(_GZIP):
-        return gzip.GzipFile(fileobj=raw, mode="rb")
+        return cast(IO[bytes], gzip.GzipFile(fileobj=raw, mode="rb"))
     if magic.startswith(_BZIP2):
         return bz2.BZ2File(raw, mode="rb")
     if magic.startswith(_XZ):

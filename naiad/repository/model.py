@@ -107,7 +107,7 @@ class ModelVersion:
         except BaseException:
             self.in_flight -= 1
             raise
-        future.add_done_callback(lambda f: f.cancelled() and self.loaded.cancel(request))
+        future.add_done_callback(lambda f: self.loaded.cancel(request) if f.cancelled() else None)
         return future
 
     def _checked_responder(self, request: InferRequest, sink: Callable[[InferResponse], None]

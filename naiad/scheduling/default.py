@@ -8,6 +8,7 @@ dispatched inline when an instance is free, so an idle model answers without a t
 from __future__ import annotations
 
 from collections import deque
+from functools import partial
 
 from naiad.backends.base import Execution, Instance
 from naiad.core.request import InferRequest
@@ -41,7 +42,7 @@ class DefaultScheduler:
                 return
             request, done = self._queue.popleft()
             started = now_ns()
-            run(instance, [request], lambda i, reqs, result, d=done, s=started: self._finish(i, reqs, result, d, s))
+            run(instance, [request], partial(self._finish, done=done, started=started))
 
     def _finish(self, instance: Instance, requests: list[InferRequest], result: Execution, done: Done,
                 started: int) -> None:

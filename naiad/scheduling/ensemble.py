@@ -13,6 +13,7 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import Callable
+from functools import partial
 from typing import Any, Protocol
 
 import numpy as np
@@ -22,11 +23,15 @@ from naiad.config import ModelConfig
 from naiad.core.errors import InferError, internal, invalid
 from naiad.core.request import InferRequest, InferResponse, log_prefix
 from naiad.core.stats import ModelStats
+from naiad.core.tracing import Trace
 from naiad.scheduling.execution import Done
 
 
 class Composing(Protocol):
     """What a step needs of a composing model version (``naiad.repository.model.ModelVersion``)."""
+
+    name: str
+    version_str: str
 
     def submit(self, request: InferRequest) -> asyncio.Future[InferResponse]: ...
 
@@ -165,9 +170,9 @@ class _Context:
             self._fail(step, internal(f"{type(exc).__name__}: {exc}"))
             return
         self.in_flight += 1
-        future.add_done_callback(lambda f, s=step: self._step_done(s, f))
+        future.add_done_callback(partial(self._step_done, step))
         if request.trace is not None:
-            future.add_done_callback(lambda _, trace=request.trace: trace.add("REQUEST_END"))
+            future.add_done_callback(partial(_trace_end, request.trace))
 
     def _step_done(self, step: _Step, future: asyncio.Future[InferResponse]) -> None:
         self.in_flight -= 1
@@ -222,3 +227,6 @@ class _Context:
         response = InferResponse(request.model_name, "", request.id, outputs)
         scheduler.finished(request, response, False, self.started_ns, self.done)
 
+
+def _trace_end(trace: Trace, _: asyncio.Future) -> None:
+    trace.add("REQUEST_END")

@@ -143,9 +143,9 @@ class _Stream:
             if self.forwarded:
                 request.parameters.update(self.forwarded)
         except InferError as exc:
-            slot = self._slot()
-            slot.messages.append(stream_error(exc, message))
-            self._complete(slot)
+            refused = self._slot()
+            refused.messages.append(stream_error(exc, message))
+            self._complete(refused)
             return
         slot = None if decoupled else self._slot()
         task = asyncio.ensure_future(self._run(message, model, request, options, decoupled, slot))

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import gzip
 import zlib
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Callable
 
 from naiad.core.errors import InferError, invalid, Code
 
@@ -29,6 +29,7 @@ def decompress(body: bytes | bytearray, encoding: bytes) -> bytes | bytearray:
 def compress(reply: "Reply", accept: bytes) -> "Reply":
     """Compress a reply the client said it accepts; gzip first, as Triton prefers it."""
     accepted = {token.split(b";")[0].strip().lower() for token in accept.split(b",")}
+    pack: Callable[[bytes], bytes]
     if b"gzip" in accepted:
         name, pack = b"gzip", gzip.compress
     elif b"deflate" in accepted:

@@ -156,7 +156,9 @@ class Router:
     def _refused(self, parts: list[str], headers: dict[bytes, bytes]) -> Reply | None:
         """Triton's 403 when the route's category is restricted and the request lacks the header (whose name
         matches in any case, whose value must match exactly); checked before the method, as Triton does."""
-        rule = self.restricted.get(_category(parts))  # type: ignore[union-attr]
+        assert self.restricted is not None
+        category = _category(parts)
+        rule = self.restricted.get(category) if category is not None else None
         if rule is None or headers.get(rule[0]) == rule[1]:
             return None
         return rule[2]
@@ -250,7 +252,7 @@ class Router:
                 "generate_stream", Code.UNSUPPORTED))
         return _generate_reply(answers[0])
 
-    def _repository(self, method: bytes, rest: list[str], body: bytes | bytearray) -> Reply:
+    def _repository(self, method: bytes, rest: list[str], body: bytes | bytearray) -> Reply | Deferred:
         if rest == ["index"] and method != b"POST":
             return _method_not_allowed()
         if rest == ["index"]:

@@ -67,7 +67,8 @@ def _document(body: bytes | bytearray) -> dict[str, Any]:
 
 def _typed(value: Any, kind: type) -> Any:
     # bool is an int in Python, not in JSON; verbose levels are unsigned.
-    wrong = not isinstance(value, kind) or (kind is int and (isinstance(value, bool) or value < 0))
+    wrong = not isinstance(value, kind) or (isinstance(value, int) and kind is int and (isinstance(value, bool)
+                                                                                       or value < 0))
     if wrong:
         name = _JSON_TYPES[kind]
         raise invalid(f"attempt to access JSON non-{name} as {name}")

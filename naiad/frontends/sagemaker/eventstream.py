@@ -16,6 +16,7 @@ from __future__ import annotations
 import json
 import struct
 import zlib
+from collections.abc import Mapping
 
 CONTENT_TYPE = b"application/vnd.amazon.eventstream"
 
@@ -70,7 +71,7 @@ def _encode_header(name: str, value: HeaderValue) -> bytes:
     return head + struct.pack(">BH", kind, len(raw)) + raw
 
 
-def encode_message(headers: dict[str, HeaderValue], payload: bytes) -> bytes:
+def encode_message(headers: Mapping[str, HeaderValue], payload: bytes | memoryview) -> bytes:
     """One framed message: prelude, headers in the given order, payload, message CRC."""
     encoded = b"".join(_encode_header(name, value) for name, value in headers.items())
     if len(encoded) > _MAX_HEADERS:

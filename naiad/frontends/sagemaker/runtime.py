@@ -159,7 +159,7 @@ class RuntimeDoor:
         if not isinstance(result, Deferred):
             return self._model_error(result, endpoint)
 
-        def finish(future: asyncio.Future) -> Reply | Streamed:
+        def finish(future: asyncio.Future) -> Reply:
             reply = result.finish(future)
             if reply.status >= 300:
                 return self._model_error(reply, endpoint)
