@@ -14,7 +14,8 @@ auto-complete, which runs in the environment too, happens before backend setting
 Triton's stub links the environment's libpython; naiad's worker is Python, so it runs on the environment's
 own ``bin/python3`` with only the ``naiad`` package added to its path. That interpreter must therefore be
 able to import naiad's worker (it needs numpy); this is checked once per environment so a missing numpy is
-a clear load failure instead of a worker dying on start.
+a clear load failure instead of a worker dying on start. Its Python version may differ from the server's:
+the worker's handshake says so, and the channel then speaks pickle instead of marshal (see messages.py).
 """
 
 from __future__ import annotations

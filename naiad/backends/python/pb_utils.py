@@ -148,15 +148,16 @@ class _RequestState:
     """What a request shares with its response sender and with the host: the cancelled flag and where
     decoupled responses go. The host fills it in when it builds the request."""
 
-    __slots__ = ("cancelled", "send", "decoupled", "sent", "closed", "response")
+    __slots__ = ("cancelled", "send", "decoupled", "sent", "closed", "response", "requested")
 
-    def __init__(self, decoupled: bool = False, send: Any = None) -> None:
+    def __init__(self, decoupled: bool = False, send: Any = None, requested: list[str] | None = None) -> None:
         self.cancelled = False
         self.send: Any = send  # callable(response | None, flags), set by the host
         self.decoupled = decoupled
         self.sent = 0
         self.closed = False
         self.response: Any = None  # a non-decoupled model's one response sent through the sender
+        self.requested = requested  # the output names the request asked for (None: all), for the host
 
 
 class InferenceRequest:

@@ -1,18 +1,15 @@
-"""The server's side of one worker process: start it, hand it executions, route what it sends back
-(responses, decoupled responses, BLS requests, logs, metrics), notice when it dies and start a new one.
+"""One model instance's worker process, from the server's side: spawn it, shake hands, wait for its
+``initialize``, notice when it dies and start a new one, stop it. What travels over its channel once it
+runs is ``router.py``'s business; this module hands the router each new channel.
 
-Everything here runs on the server's event loop; the channel is read with ``loop.add_reader``, and an
-execution completes through the scheduler's callback, called from the read callback (no task, no future, no
-loop hop per request). Executions submitted during one turn of the loop leave in one datagram at its end,
-so a busy server wakes its worker once per turn rather than once per request.
+The worker dies with the server (it sets PR_SET_PDEATHSIG on itself, see worker.py), and its channel
+shows a crash at once (the socket closes), so no health polling is needed.
 """
 
 from __future__ import annotations
 
 import asyncio
-import inspect
 import logging
-import marshal
 import os
 import signal
 import socket
@@ -21,18 +18,18 @@ import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, NoReturn
 
 from naiad.backends.base import Core, Execution
-from naiad.backends.python import metrics
+from naiad.backends.python import messages as M
+from naiad.backends.python.messages import Kind
+from naiad.backends.python.router import Done, Router
 from naiad.backends.python.shm import Arena
 from naiad.backends.python.transport import Channel
 from naiad.core.errors import Code, InferError, internal
-from naiad.core.request import InferRequest, InferResponse
+from naiad.core.request import InferRequest
 
 log = logging.getLogger("naiad.python")
-model_log = logging.getLogger("naiad.model")
-_LEVELS = {0: logging.INFO, 1: logging.WARNING, 2: logging.ERROR, 3: logging.DEBUG}
 
 # The folder that holds the ``naiad`` package: workers import it from there, whatever their interpreter.
 NAIAD_ROOT = str(Path(__file__).resolve().parents[3])
@@ -56,21 +53,6 @@ class WorkerSpec:
     python_path: list[str] = field(default_factory=lambda: [NAIAD_ROOT])
 
 
-Done = Callable[[Execution], None]
-
-
-class _Pending:
-    __slots__ = ("done", "requests", "input_ns", "open", "executed")
-
-    def __init__(self, done: Done | None, requests: list[InferRequest], input_ns: int, decoupled: bool) -> None:
-        self.done = done  # called once with the Execution, then set to None
-        self.requests = requests
-        self.input_ns = input_ns
-        # Decoupled requests stay open until their final response; others close with the execution.
-        self.open = [True] * len(requests) if decoupled else None
-        self.executed = False
-
-
 def _describe_exit(code: int | None) -> str:
     if code is None:
         return "closed its channel"
@@ -87,24 +69,33 @@ class WorkerProcess:
 
     def __init__(self, spec: WorkerSpec, core: Core | None) -> None:
         self.spec = spec
-        self.core = core
         self.name = spec.instance_name
         self.decoupled = spec.decoupled
         self.is_async = False
-        self.ready = False
         self.closing = False
         self.proc: subprocess.Popen | None = None
         self.ch: Channel | None = None
-        self.loop: asyncio.AbstractEventLoop | None = None
-        self.pending: dict[int, _Pending] = {}
-        self.calls: dict[int, Any] = {}  # BLS requests in flight for this worker: tag -> future or task
-        self._tag = 0
-        self._outbox: list[tuple] = []  # executions waiting for the end of this turn of the loop
-        self._flush_handle: asyncio.Handle | None = None
+        self.codec = M.MARSHAL  # what the channel speaks once the worker said hello
+        self.router = Router(spec.instance_name, spec.model_name, spec.model_version, spec.decoupled, core,
+                             self._died, self._submit_when_ready)
         self._restarted: asyncio.Future | None = None
+        self._restarting = False
         self.restarts = 0
 
-    # --- lifecycle ---------------------------------------------------------------------------------------------
+    @property
+    def loop(self) -> asyncio.AbstractEventLoop | None:
+        return self.router.loop
+
+    @property
+    def ready(self) -> bool:
+        """The worker has initialized and takes executions (the router holds the flag: it checks it per submit)."""
+        return self.router.ready
+
+    @ready.setter
+    def ready(self, value: bool) -> None:
+        self.router.ready = value
+
+    # --- start -------------------------------------------------------------------------------------------------
 
     def start(self) -> None:
         """Spawn the process and send its setup; ``wait_ready`` finishes the handshake."""
@@ -127,75 +118,82 @@ class WorkerProcess:
             "model_file": spec.model_file, "args": spec.args, "decoupled": spec.decoupled,
             "output_names": spec.output_names, "shm_default": spec.shm_default, "shm_growth": spec.shm_growth,
         }
-        # The setup goes first, on the bare socket: the worker builds its channel from it.
-        parent.send(marshal.dumps(("init", setup)))
+        # The setup goes first, on the bare socket and in JSON: any interpreter reads it, and the worker builds
+        # its channel from it.
+        parent.send(M.encode_init(setup, M.local_versions()))
         try:
-            self.ch = Channel(parent, Arena(spec.shm_default, spec.shm_growth), self._on_blocked)
+            self.ch = Channel(parent, Arena(spec.shm_default, spec.shm_growth), self.router.on_blocked)
         except InferError:
             parent.close()
-            self.proc.kill()
-            self.proc.wait()
+            self._kill()
             raise
+        self.router.bind(self.ch)
 
     def wait_ready(self) -> None:
-        """Block until the worker has run ``initialize``; raises its failure."""
-        assert self.ch is not None and self.proc is not None
+        """Block until the worker has run ``initialize``; raises its failure (or a failed handshake)."""
+        ch, proc = self.ch, self.proc
+        assert ch is not None and proc is not None
+        self._handshake(ch)
         while True:
-            self.ch.wait_readable(0.5)
+            ch.wait_readable(0.5)
             try:
-                messages = self.ch.receive()
+                messages = ch.receive()
             except EOFError:
-                code = self.proc.wait()
-                self.ch.close()
-                raise internal(f"the worker process of '{self.name}' {_describe_exit(code)} during initialization")
+                self._lost("during initialization")
             for message in messages:
-                if message[0] == "ready":
-                    self.is_async = bool(message[1]["async"])
+                kind = message[0]
+                if kind == Kind.READY:
+                    self.is_async = bool(M.Ready.of(message).is_async)  # type: ignore[attr-defined]
                     self.ready = True
                     return
-                if message[0] == "fail":
-                    self.proc.wait()
-                    self.ch.close()
-                    raise InferError(message[2], Code[message[1]])
-                self._handle(message)  # log lines and metric registrations from initialize()
+                if kind == Kind.FAIL:
+                    fail = M.Fail.of(message)  # type: ignore[attr-defined]
+                    proc.wait()
+                    ch.close()
+                    raise InferError(fail.message, Code[fail.code])
+                self.router.handle(message)  # log lines and metric registrations from initialize()
+
+    def _handshake(self, ch: Channel) -> None:
+        """Read the worker's HELLO and switch the channel to the codec both ends then use."""
+        ch.wait_readable()
+        data = ch.receive_raw()
+        if not data:
+            self._lost("before its handshake")
+        server = M.local_versions()
+        try:
+            hello = M.decode_hello(data)
+            codec = M.choose_codec(server, hello.versions)
+        except M.ProtocolMismatch as exc:
+            self._kill()
+            ch.close()
+            raise internal(f"Received unexpected response from Python backend stub: {self.name} ({exc}; the worker "
+                           f"must run the server's own naiad package)") from None
+        if codec.name != hello.codec:
+            self._kill()
+            ch.close()
+            raise internal(f"Received unexpected response from Python backend stub: {self.name} (it chose the "
+                           f"{hello.codec} encoding, the server {codec.name})")
+        if codec is not M.MARSHAL:
+            log.info("model instance '%s' runs on %s, the server on %s: its channel uses %s instead of marshal",
+                     self.name, M.describe(hello.versions), M.describe(server), codec.name.replace("-", " protocol "))
+        self.codec = codec
+        ch.use(codec)
+
+    def _lost(self, when: str) -> NoReturn:
+        """The worker went away before it was ready: raise why."""
+        assert self.proc is not None and self.ch is not None
+        code = self.proc.wait()
+        self.ch.close()
+        raise internal(f"the worker process of '{self.name}' {_describe_exit(code)} {when}")
+
+    def _kill(self) -> None:
+        if self.proc is not None:
+            if self.proc.poll() is None:
+                self.proc.kill()
+            self.proc.wait()
 
     def attach(self, loop: asyncio.AbstractEventLoop) -> None:
-        assert self.ch is not None
-        self.loop = loop
-        loop.add_reader(self.ch.sock.fileno(), self._on_readable)
-
-    def stop(self, timeout: float = 10.0) -> None:
-        """Call the model's ``finalize()`` in the worker, then make sure the process is gone."""
-        self.closing = True
-        self.ready = False
-        ch, proc = self.ch, self.proc
-        if ch is None or proc is None:
-            return
-        if self.loop is not None and not ch.closed:
-            try:
-                self.loop.remove_reader(ch.sock.fileno())
-                self.loop.remove_writer(ch.sock.fileno())
-            except Exception:
-                pass
-        self._flush()
-        try:
-            ch.send(("q",))
-            deadline = time.monotonic() + timeout
-            while proc.poll() is None and time.monotonic() < deadline:
-                if ch.wait_readable(0.05):
-                    for message in ch.receive():
-                        if message[0] == "fin":
-                            if message[1]:
-                                log.error("finalize() of '%s' failed: %s", self.name, message[1])
-                        elif message[0] in ("L", "M"):
-                            self._handle(message)
-        except EOFError:
-            pass
-        if proc.poll() is None:
-            proc.kill()
-        proc.wait()
-        self._fail_pending(f"model instance '{self.name}' was unloaded")
-        ch.close()
+        self.router.attach(loop)
 
     # --- executions --------------------------------------------------------------------------------------------
 
@@ -206,46 +204,12 @@ class WorkerProcess:
         return future
 
     def submit(self, requests: list[InferRequest], done: Done) -> None:
-        """Run ``requests`` and call ``done(Execution)`` once, from the event loop."""
-        if not self.ready:
-            self._submit_when_ready(requests, done)
-            return
-        ch = self.ch
-        assert ch is not None
-        if self.loop is None:
-            self.attach(asyncio.get_running_loop())
-        t0 = time.perf_counter_ns()
-        self._tag += 1
-        tag = self._tag
-        try:
-            with ch.lock:  # packing allocates in the arena
-                pack = ch.pack
-                wire = [(r.id, r.correlation_id, r.flags, r.timeout_us, r.parameters, r.requested_outputs,
-                         [pack(n, a) for n, a in r.inputs.items()]) for r in requests]
-        except InferError as exc:  # shared memory exhausted: this execution fails, the worker lives on
-            done(Execution([self._error(r, exc) for r in requests], failed=True))
-            return
-        self._outbox.append(("x", tag, wire))
-        if self._flush_handle is None:
-            self._flush_handle = self.loop.call_soon(self._flush)  # type: ignore[union-attr]
-        self.pending[tag] = _Pending(done, requests, time.perf_counter_ns() - t0, self.decoupled)
+        """Run ``requests`` and call ``done(Execution)`` once, from the event loop (until the worker is ready,
+        or while it restarts, they wait for it). Schedulers may call ``router.submit`` directly: the same."""
+        self.router.submit(requests, done)
 
-    def _flush(self) -> None:
-        """Send the executions submitted this turn, in one datagram."""
-        self._flush_handle = None
-        out = self._outbox
-        if not out:
-            return
-        self._outbox = []
-        try:
-            self.ch.send_many(out)  # type: ignore[union-attr]
-        except EOFError:
-            # The worker died before they left: run them on its replacement, as a failed send always has.
-            for message in out:
-                pending = self.pending.pop(message[1], None)
-                if pending is not None and pending.done is not None:
-                    done, pending.done = pending.done, None
-                    self._submit_when_ready(pending.requests, done)
+    def cancel(self, request: InferRequest) -> bool:
+        return self.router.cancel(request)
 
     def _submit_when_ready(self, requests: list[InferRequest], done: Done) -> None:
         task = asyncio.ensure_future(self._execute_when_ready(requests))
@@ -254,7 +218,7 @@ class WorkerProcess:
             if task.cancelled() or task.exception() is not None:
                 why = "was cancelled" if task.cancelled() else f"failed: {task.exception()!r}"
                 error = internal(f"execution on instance '{self.name}' {why}")
-                done(Execution([self._error(r, error) for r in requests], failed=True))
+                done(Execution([self.router.error(r, error) for r in requests], failed=True))
             else:
                 done(task.result())
 
@@ -264,7 +228,7 @@ class WorkerProcess:
         """The worker is restarting: wait for it (bounded by the restart itself), then run."""
         if self.closing:
             error = internal(f"model instance '{self.name}' is unloading")
-            return Execution([self._error(r, error) for r in requests], failed=True)
+            return Execution([self.router.error(r, error) for r in requests], failed=True)
         if self._restarted is None or self._restarted.done():
             self._restarted = asyncio.get_running_loop().create_future()
             if not self._restarting:
@@ -273,267 +237,52 @@ class WorkerProcess:
         if not ok or not self.ready:
             error = internal(f"Failed to process the request(s) for model instance '{self.name}', message: Stub "
                              f"process '{self.name}' is not healthy and could not be restarted.")
-            return Execution([self._error(r, error) for r in requests], failed=True)
+            return Execution([self.router.error(r, error) for r in requests], failed=True)
         future = asyncio.get_running_loop().create_future()
         self.submit(requests, lambda execution: future.done() or future.set_result(execution))
         return await future
 
-    def cancel(self, request: InferRequest) -> bool:
-        self._flush()  # the execution must reach the worker before its cancellation does
-        for tag, pending in self.pending.items():
-            for index, candidate in enumerate(pending.requests):
-                if candidate is request:
-                    try:
-                        self.ch.send(("c", tag, index))  # type: ignore[union-attr]
-                    except EOFError:
-                        pass
-                    return True
-        return False
+    # --- stop --------------------------------------------------------------------------------------------------
 
-    def _error(self, request: InferRequest, error: InferError) -> InferResponse:
-        return InferResponse(self.spec.model_name, str(self.spec.model_version), request.id, error=error)
-
-    # --- incoming ----------------------------------------------------------------------------------------------
-
-    def _on_readable(self) -> None:
+    def stop(self, timeout: float = 10.0) -> None:
+        """Call the model's ``finalize()`` in the worker, then make sure the process is gone."""
+        self.closing = True
+        self.ready = False
+        ch, proc = self.ch, self.proc
+        if ch is None or proc is None:
+            return
+        self.router.detach()
+        self.router.flush()
         try:
-            messages = self.ch.receive()  # type: ignore[union-attr]
-        except EOFError:
-            self._died()
-            return
-        for message in messages:
-            kind = message[0]
-            if kind == "d":
-                self._executed(message)
-            elif kind == "s":
-                self._streamed(message)
-            else:
-                self._handle(message)
-
-    def _executed(self, message: tuple) -> None:
-        _, tag, failed, wire, input_ns, infer_ns, output_ns = message
-        pending = self.pending.get(tag)
-        if pending is None:
-            return
-        t0 = time.perf_counter_ns()
-        requests = pending.requests
-        if failed is not None:
-            error = InferError(failed[1], Code[failed[0]])
-            responses = [self._error(r, error) for r in requests]
-            if pending.open is not None:
-                for index, request in enumerate(requests):
-                    if pending.open[index]:
-                        pending.open[index] = False
-                        self._respond(request, self._error(request, error), True)
-        elif wire is None:  # decoupled: the responses travel on their own
-            responses = [self._error(r, None) for r in requests]  # type: ignore[arg-type]
-        else:
-            responses = [self._response(r, w) for r, w in zip(requests, wire)]
-        pending.executed = True
-        if pending.open is None or not any(pending.open):
-            del self.pending[tag]
-        done = pending.done
-        if done is not None:
-            pending.done = None
-            done(Execution(responses, pending.input_ns + input_ns, infer_ns, output_ns + time.perf_counter_ns() - t0,
-                           failed=failed is not None))
-
-    def _streamed(self, message: tuple) -> None:
-        _, tag, index, wire, flags = message
-        pending = self.pending.get(tag)
-        if pending is None or pending.open is None or not pending.open[index]:
-            return
-        request = pending.requests[index]
-        final = bool(flags & 1)
-        if wire is None:
-            response = InferResponse(self.spec.model_name, str(self.spec.model_version), request.id)
-        else:
-            response = self._response(request, wire)
-        if final:
-            pending.open[index] = False
-            if pending.executed and not any(pending.open):
-                del self.pending[tag]
-        self._respond(request, response, final)
-
-    @staticmethod
-    def _respond(request: InferRequest, response: InferResponse, final: bool) -> None:
-        response.final = final
-        responder = request.responder
-        if responder is not None:
-            responder(response)
-
-    def _response(self, request: InferRequest, wire: tuple) -> InferResponse:
-        error, outputs, params = wire
-        version = str(self.spec.model_version)
-        if error is not None:
-            return InferResponse(self.spec.model_name, version, request.id, error=InferError(error[1], Code[error[0]]))
-        unpack = self.ch.unpack  # type: ignore[union-attr]
-        return InferResponse(self.spec.model_name, version, request.id, {d[0]: unpack(d) for d in outputs}, params)
-
-    def _handle(self, message: tuple) -> None:
-        kind = message[0]
-        if kind == "L":
-            model_log.log(_LEVELS.get(message[1], logging.INFO), "%s", message[2])
-        elif kind == "M":
-            metrics.REGISTRY.apply(message[1], message[2], message[3])
-        elif kind == "R":
-            self._call(message[1], message[2], message[3])
-        elif kind == "B":
-            self._bls(message)
-        elif kind == "C":
-            call = self.calls.pop(message[1], None)
-            if call is not None:
-                call.cancel()
-
-    def _reply(self, message: tuple) -> None:
-        try:
-            with self.ch.lock:  # type: ignore[union-attr]
-                self.ch.send(message)  # type: ignore[union-attr]
-        except (EOFError, AttributeError):
-            pass
-
-    def _call(self, tag: int, what: str, args: tuple) -> None:
-        try:
-            if what == "family":
-                value = metrics.REGISTRY.family(*args, owner=f"{self.spec.model_name}/{self.spec.model_version}")
-            elif what == "metric":
-                value = metrics.REGISTRY.metric(*args)
-            elif what == "value":
-                value = metrics.REGISTRY.value(args[0])
-            elif what == "control":
-                value = self._control(*args)
-                if inspect.isawaitable(value):  # a load runs off the loop; the model waits for its answer
-                    asyncio.ensure_future(self._reply_when_done(tag, value, args[0]))
-                    return
-            else:
-                raise InferError(f"unknown call '{what}'")
-        except (InferError, metrics.MetricError) as exc:
-            self._reply(("r", tag, False, str(getattr(exc, "message", exc))))
-            return
-        self._reply(("r", tag, True, value))
-
-    async def _reply_when_done(self, tag: int, pending: Any, op: str) -> None:
-        try:
-            value = await pending
-        except Exception as exc:  # the model hears about it (in python_backend's words); the server keeps serving
-            message = exc.message if isinstance(exc, InferError) else f"{type(exc).__name__}: {exc}"
-            self._reply(("r", tag, False, f"Failed to {op} model: Failed to process the request for model "
-                                          f"'{self.name}', message: {message}"))
-            return
-        self._reply(("r", tag, True, value))
-
-    def _control(self, op: str, name: str, arg: str, extra: dict[str, Any]) -> Any:
-        core = self.core
-        if op == "ready":
-            check = getattr(core, "model_ready", None)
-            return bool(check(name, arg)) if check is not None else False
-        method = getattr(core, f"{op}_model", None)
-        if method is None:
-            raise InferError(f"explicit model {op} is not available in this server (see --model-control-mode)",
-                             Code.UNAVAILABLE)
-        return method(name, **({"config": arg, "files": extra} if op == "load" else extra))
-
-    # --- BLS: a worker's request to another model goes through the server core --------------------------------
-
-    def _bls(self, message: tuple) -> None:
-        _, tag, model_name, version, wire, decoupled = message
-        rid, corr, flags, timeout, params, requested, inputs = wire
-        unpack = self.ch.unpack  # type: ignore[union-attr]
-        request = InferRequest(model_name, str(version) if version >= 0 else "", rid,
-                               {d[0]: unpack(d) for d in inputs}, requested, params)
-        request.correlation_id = corr
-        request.flags = flags
-        request.timeout_us = timeout
-        core = self.core
-        if core is None:
-            self._reply(("b", tag, (("UNAVAILABLE", "BLS is not available: the model runs outside a server"),
-                                    None, None), True))
-            return
-        if decoupled:
-            self.calls[tag] = asyncio.ensure_future(self._bls_stream(tag, core, request))
-            return
-        try:
-            future = core.infer(request)
-        except InferError as exc:
-            self._reply(("b", tag, ((exc.code.name, exc.message), None, None), True))
-            return
-        self.calls[tag] = future
-        future.add_done_callback(lambda f: self._bls_done(tag, f))
-
-    def _bls_done(self, tag: int, future: asyncio.Future) -> None:
-        self.calls.pop(tag, None)
-        if future.cancelled():
-            self._reply(("b", tag, (("CANCELLED", "the BLS request was cancelled"), None, None), True))
-            return
-        self._send_bls_response(tag, future.result(), True)
-
-    async def _bls_stream(self, tag: int, core: Core, request: InferRequest) -> None:
-        try:
-            async for response in core.stream(request):
-                self._send_bls_response(tag, response, response.final)
-        except InferError as exc:
-            self._reply(("b", tag, ((exc.code.name, exc.message), None, None), True))
-        except asyncio.CancelledError:
-            self._reply(("b", tag, (("CANCELLED", "the BLS request was cancelled"), None, None), True))
-        finally:
-            self.calls.pop(tag, None)
-
-    def _send_bls_response(self, tag: int, response: InferResponse, final: bool) -> None:
-        ch = self.ch
-        if ch is None or ch.closed:
-            return
-        try:
-            with ch.lock:
-                if response.error is not None:
-                    wire: tuple = ((response.error.code.name, response.error.message), None, None)
-                else:
-                    wire = (None, [ch.pack(n, a) for n, a in response.outputs.items()], response.parameters)
-                ch.send(("b", tag, wire, final))
-        except InferError as exc:
-            self._reply(("b", tag, ((exc.code.name, exc.message), None, None), True))
+            ch.send(M.finalize())
+            deadline = time.monotonic() + timeout
+            while proc.poll() is None and time.monotonic() < deadline:
+                if ch.wait_readable(0.05):
+                    for message in ch.receive():
+                        kind = message[0]
+                        if kind == Kind.FINALIZED:
+                            error = M.Finalized.of(message).error  # type: ignore[attr-defined]
+                            if error:
+                                log.error("finalize() of '%s' failed: %s", self.name, error)
+                        elif kind == Kind.LOG or kind == Kind.METRIC:
+                            self.router.handle(message)
         except EOFError:
             pass
+        if proc.poll() is None:
+            proc.kill()
+        proc.wait()
+        self.router.fail_pending(f"model instance '{self.name}' was unloaded")
+        ch.close()
 
     # --- crashes -----------------------------------------------------------------------------------------------
 
-    def _on_blocked(self) -> None:
-        if self.loop is not None and self.ch is not None:
-            self.loop.add_writer(self.ch.sock.fileno(), self._on_writable)
-
-    def _on_writable(self) -> None:
-        if self.ch is None or self.ch.flush():
-            if self.loop is not None and self.ch is not None:
-                self.loop.remove_writer(self.ch.sock.fileno())
-
-    def _fail_pending(self, why: str) -> None:
-        pending, self.pending = self.pending, {}
-        error = internal(why)
-        for entry in pending.values():
-            responses = [self._error(r, error) for r in entry.requests]
-            if entry.open is not None:
-                for index, request in enumerate(entry.requests):
-                    if entry.open[index]:
-                        self._respond(request, self._error(request, error), True)
-            done = entry.done
-            if done is not None:
-                entry.done = None
-                done(Execution(responses, failed=True))
-        calls, self.calls = self.calls, {}
-        for call in calls.values():
-            call.cancel()
-
-    _restarting = False
-
     def _died(self) -> None:
         """The worker is gone (crash, kill, os._exit): fail what it held, then start a new one."""
-        ch, proc = self.ch, self.proc
+        ch, proc, router = self.ch, self.proc, self.router
         self.ready = False
         # Executions still in the outbox never reached the dead worker: they wait for its replacement.
-        unsent = [self.pending.pop(m[1]) for m in self._outbox if m[1] in self.pending]
-        self._outbox = []
-        if self.loop is not None and ch is not None:
-            self.loop.remove_reader(ch.sock.fileno())
-            self.loop.remove_writer(ch.sock.fileno())
+        unsent = router.take_unsent()
+        router.detach()
         code = proc.poll() if proc is not None else None
         if proc is not None and code is None:
             try:
@@ -544,8 +293,8 @@ class WorkerProcess:
         how = _describe_exit(code)
         log.error("the worker process of model instance '%s' (pid %s) %s; restarting it", self.name,
                   proc.pid if proc else "?", how)
-        self._fail_pending(f"Failed to process the request(s) for model instance '{self.name}', message: Stub "
-                           f"process '{self.name}' is not healthy (its process {how}).")
+        router.fail_pending(f"Failed to process the request(s) for model instance '{self.name}', message: Stub "
+                            f"process '{self.name}' is not healthy (its process {how}).")
         if ch is not None:
             ch.close()
         if not self.closing:

@@ -2,14 +2,30 @@
 
 Each direction of a worker's channel has its own arena, and only the sending side allocates in it, so no
 cross-process lock is needed. A block starts with a one-byte in-use flag: the sender sets it when it
-allocates, the receiver clears it when the last NumPy view of the block is garbage collected. The sender
-reclaims freed blocks in ring order; when the ring is full it opens a larger segment (the old one retires
-once drained). Segment files are unlinked as soon as they are opened and travel as file descriptors, so a
-crash leaves nothing behind in /dev/shm.
+allocates, the receiver clears it when the last NumPy view of the block is garbage collected. Segment
+files are unlinked as soon as they are opened and travel as file descriptors, so a crash leaves nothing
+behind in /dev/shm.
+
+The ring. The sender allocates in ring order in its current segment and reclaims freed blocks in the same
+order. A block the receiver keeps (a model that stores its input arrays, a server that caches outputs)
+doesn't stop the ring: when the ring is full, blocks still in use at its tail are set aside as holes that
+allocation steps around until they are freed. When a block doesn't fit at all, the arena grows: a larger
+segment becomes current and the old one retires, unmapped once drained.
+
+The bound. A receiver that holds blocks indefinitely would otherwise make every retired segment stay
+mapped and the arena grow without end. So the ring grows freely only while no retired segment is still
+mapped. Growing while one is (blocks are being held) puts the arena in *copy mode*: every tensor it sends
+from then on is copied out by the receiver on arrival and its block freed at once, so no new block can be
+held; the ring then grows no further until the held segments drain (copy mode ends there). A block that
+doesn't fit a copy-mode ring goes into a one-off segment of its own, freed by the same copy and unmapped
+right after. Hence at any time: **ring bytes (current + retired segments) < 3 x the current segment's size,
+and the current segment doesn't grow while held blocks keep a retired segment mapped**; one-off segments
+hold only data in flight. What a receiver keeps after copy mode began is its own private memory.
 """
 
 from __future__ import annotations
 
+import bisect
 import ctypes
 import errno
 import mmap
@@ -51,7 +67,7 @@ def open_segment(size: int) -> tuple[int, mmap.mmap]:
 
 
 class _Segment:
-    __slots__ = ("id", "size", "mm", "head", "blocks")
+    __slots__ = ("id", "size", "mm", "head", "blocks", "ends", "hole_starts", "hole_ends")
 
     def __init__(self, seg_id: int, size: int, mm: mmap.mmap) -> None:
         self.id = seg_id
@@ -59,31 +75,77 @@ class _Segment:
         self.mm = mm
         self.head = 0
         self.blocks: deque[int] = deque()  # offsets of live blocks, oldest first
+        self.ends: deque[int] = deque()  # where each of those ends
+        # Blocks set aside because the receiver kept them: (start, end) in two sorted lists.
+        self.hole_starts: list[int] = []
+        self.hole_ends: list[int] = []
 
     def reclaim(self) -> None:
         blocks, mm = self.blocks, self.mm
         while blocks and mm[blocks[0]] == 0:
             blocks.popleft()
+            self.ends.popleft()
         if not blocks:
             self.head = 0
 
     def alloc(self, need: int) -> int:
-        """Offset of a block of ``need`` bytes (header included), or -1 when the ring has no room."""
+        """Offset of a block of ``need`` bytes (header included), or -1 when the segment has no room."""
         self.reclaim()
-        head, blocks = self.head, self.blocks
-        if not blocks:
-            at = 0 if need <= self.size else -1
-        else:
-            tail = blocks[0]
-            if head > tail:  # used: [tail, head); free: [head, size) then [0, tail)
-                at = head if head + need <= self.size else (0 if need <= tail else -1)
-            else:  # wrapped: used [tail, size) and [0, head); free: [head, tail)
-                at = head if head + need <= tail else -1
+        at = self._fit(need)
+        if at < 0 and (self.blocks or self.hole_starts):
+            self._set_aside()
+            at = self._fit(need)
         if at >= 0:
             self.mm[at] = 1
-            blocks.append(at)
+            self.blocks.append(at)
+            self.ends.append(at + need)
             self.head = at + need
         return at
+
+    def _fit(self, need: int) -> int:
+        head, blocks = self.head, self.blocks
+        if not blocks:
+            regions: tuple = ((0, self.size),)
+        elif head > blocks[0]:  # used: [tail, head); free: [head, size) then [0, tail)
+            regions = ((head, self.size), (0, blocks[0]))
+        else:  # wrapped: used [tail, size) and [0, head); free: [head, tail)
+            regions = ((head, blocks[0]),)
+        starts = self.hole_starts
+        for at, end in regions:
+            if starts:  # step over held blocks in the way
+                ends = self.hole_ends
+                i = bisect.bisect_right(ends, at)
+                while i < len(starts) and starts[i] < at + need:
+                    at = ends[i]
+                    i += 1
+            if at + need <= end:
+                return at
+        return -1
+
+    def _set_aside(self) -> None:
+        """The ring is full: forget holes that were freed, and turn the blocks still in use at its tail into
+        holes (a block the receiver holds for long would otherwise stop reclaiming behind it)."""
+        mm, starts, ends = self.mm, self.hole_starts, self.hole_ends
+        if starts:
+            kept = [i for i, at in enumerate(starts) if mm[at]]
+            self.hole_starts, self.hole_ends = starts, ends = [starts[i] for i in kept], [ends[i] for i in kept]
+        blocks, block_ends = self.blocks, self.ends
+        while blocks:
+            at, end = blocks.popleft(), block_ends.popleft()
+            if mm[at]:
+                i = bisect.bisect_left(starts, at)
+                starts.insert(i, at)
+                ends.insert(i, end)
+        self.head = 0
+
+    def drained(self) -> bool:
+        self.reclaim()
+        if self.hole_starts:
+            mm = self.mm
+            if any(mm[at] for at in self.hole_starts):
+                return False
+            self.hole_starts, self.hole_ends = [], []
+        return not self.blocks
 
     def close(self) -> None:
         try:
@@ -93,15 +155,22 @@ class _Segment:
 
 
 class Arena:
-    """The sending side of one direction: allocates blocks for outgoing tensors."""
+    """The sending side of one direction: allocates blocks for outgoing tensors (see the module's docstring
+    for how it bounds its size)."""
 
     def __init__(self, size: int = DEFAULT_SIZE, growth: int = DEFAULT_GROWTH) -> None:
         self.growth = max(growth, ALIGN)
         self._next_id = 0
-        self.retired: list[_Segment] = []
+        self.retired: list[_Segment] = []  # former ring segments, mapped until drained
+        self.one_off: list[_Segment] = []  # single-block segments of copy mode, mapped until freed
+        self.copying = False  # copy mode: receivers copy tensors out on arrival
         self.new_fds: list[tuple[int, int]] = []  # (segment id, fd) the receiver has not been sent yet
-        self.dropped: list[int] = []  # retired segment ids the receiver may forget
+        self.dropped: list[int] = []  # segment ids the receiver may forget
         self.current = self._open(max(size, ALIGN * 2))
+
+    @property
+    def ring_bytes(self) -> int:
+        return self.current.size + sum(s.size for s in self.retired)
 
     def _open(self, size: int) -> _Segment:
         fd, mm = open_segment(size)
@@ -110,24 +179,40 @@ class Arena:
         self.new_fds.append((segment.id, fd))  # the channel sends it, then closes it
         return segment
 
-    def alloc(self, nbytes: int) -> tuple[int, int, memoryview]:
-        """A new block for ``nbytes``: (segment id, data offset, writable view of the data)."""
+    def alloc(self, nbytes: int) -> tuple[int, int, memoryview, bool]:
+        """A new block for ``nbytes``: (segment id, data offset, writable view of the data, whether the
+        receiver must copy the data out at once)."""
         need = HEADER + ((nbytes + ALIGN - 1) // ALIGN) * ALIGN
         segment = self.current
         at = segment.alloc(need)
         if at < 0:
-            segment = self._grow(need)
+            segment = self._make_room(need)
             at = segment.alloc(need)
         start = at + HEADER
-        return segment.id, start, memoryview(segment.mm)[start:start + nbytes]
+        return segment.id, start, memoryview(segment.mm)[start:start + nbytes], self.copying
 
     def put(self, data: Any, nbytes: int) -> tuple[int, int]:
-        """Copy ``data`` (anything exposing the buffer protocol) into a new block: (segment id, data offset)."""
-        seg_id, start, view = self.alloc(nbytes)
+        """Copy ``data`` (anything exposing the buffer protocol) into a new block: (segment id, data offset).
+        (Its receiver always copies it out: BYTES tensors and parked messages.)"""
+        seg_id, start, view, _ = self.alloc(nbytes)
         if nbytes:
             view[:] = memoryview(data).cast("B")
         view.release()
         return seg_id, start
+
+    def _make_room(self, need: int) -> _Segment:
+        self._drop_drained()
+        if not self.retired:
+            return self._grow(need)
+        if not self.copying:
+            # A retired segment is still held: the receiver keeps blocks. Copy mode stops that; one more
+            # segment gives the ring room free of held blocks.
+            segment = self._grow(need)
+            self.copying = True
+            return segment
+        segment = self._open(max(need, ALIGN * 2))  # the ring stays as it is: this block travels on its own
+        self.one_off.append(segment)
+        return segment
 
     def _grow(self, need: int) -> _Segment:
         old = self.current
@@ -143,24 +228,27 @@ class Arena:
         return segment
 
     def _drop_drained(self) -> None:
-        for segment in list(self.retired):
-            segment.reclaim()
-            if not segment.blocks:
-                self.retired.remove(segment)
-                self.dropped.append(segment.id)
-                segment.close()
+        for group in (self.retired, self.one_off):
+            for segment in list(group):
+                if segment.drained():
+                    group.remove(segment)
+                    self.dropped.append(segment.id)
+                    segment.close()
+        if self.copying and not self.retired:
+            self.copying = False  # the held blocks are gone
 
     def take_announcements(self) -> tuple[list[tuple[int, int]], list[int]]:
-        if self.retired:
+        if self.retired or self.one_off:
             self._drop_drained()
         fds, dropped = self.new_fds, self.dropped
         self.new_fds, self.dropped = [], []
         return fds, dropped
 
     def close(self) -> None:
-        for segment in [self.current, *self.retired]:
+        for segment in [self.current, *self.retired, *self.one_off]:
             segment.close()
         self.retired = []
+        self.one_off = []
         for _, fd in self.new_fds:
             os.close(fd)
         self.new_fds = []
@@ -198,6 +286,16 @@ class SegmentMap:
     def release(self, seg_id: int, offset: int) -> None:
         """Free a block without viewing it (a message that was read and copied)."""
         _free(self.maps[seg_id], offset - HEADER)
+
+    def take(self, seg_id: int, offset: int, nbytes: int, dtype: np.dtype, shape: tuple[int, ...]) -> np.ndarray:
+        """A private copy of a block's data, and the block freed at once (copy mode)."""
+        mm = self.maps[seg_id]
+        if not nbytes:
+            out = np.empty(shape, dtype)
+        else:
+            out = np.frombuffer(mm, dtype, nbytes // dtype.itemsize, offset).reshape(shape).copy()
+        _free(mm, offset - HEADER)
+        return out
 
     def array(self, seg_id: int, offset: int, nbytes: int, dtype: np.dtype, shape: tuple[int, ...]) -> np.ndarray:
         return np.frombuffer(self.view(seg_id, offset, nbytes), dtype).reshape(shape)

@@ -1,19 +1,19 @@
 """The channel between the server and one worker process: a SOCK_SEQPACKET socket pair for small
-``marshal``-encoded messages (one datagram each, so no framing) plus a shared-memory arena per direction
-for tensor data.
+messages (one datagram each, so no framing) plus a shared-memory arena per direction for tensor data.
 
-Messages are tuples whose first item names them. Tensors travel as ``(name, dtype, shape, payload)``:
-small ones inline in the message (a copy is cheaper than a block), larger ones as ``(segment, offset,
-nbytes)`` in the sender's arena, read in place by the receiver. A new arena segment's file descriptor
-rides along (SCM_RIGHTS) in a ``("+", id)`` message just before its first use. Several messages may
-share one datagram as ``("*", [message, ...])`` (``send_many``, and ``hold``/``release`` on a worker), so a
-burst costs one system call and one wake-up of the other process instead of one per message.
+Messages are the tuples of ``messages.py``, encoded by the codec the handshake picked (``marshal`` unless
+the two interpreters differ). Tensors travel as ``messages.Tensor`` records, made by ``pack`` and read by
+``unpack``: small ones inline in the message (a copy is cheaper than a block), larger ones as a
+``messages.Block`` in the sender's arena, read in place by the receiver (or copied out at once, when the
+sender's arena is in copy mode; see shm.py). A new arena segment's file descriptor rides along
+(SCM_RIGHTS) in a ``SEGMENT`` message just before its first use. Several messages may share one datagram
+as a ``BATCH`` (``send_many``, and ``hold``/``release`` on a worker), so a burst costs one system call and
+one wake-up of the other process instead of one per message.
 """
 
 from __future__ import annotations
 
 import array
-import marshal
 import os
 import select
 import socket
@@ -23,22 +23,29 @@ from typing import Any, Callable
 
 import numpy as np
 
+from naiad.backends.python import messages as M
+from naiad.backends.python.messages import MARSHAL, Block, Codec, Kind, Tensor, reads
 from naiad.backends.python.shm import Arena, SegmentMap
 from naiad.core.datatypes import deserialize_bytes, serialize_bytes
 
 INLINE_TENSOR = 16 * 1024  # bytes; larger tensors go through shared memory
 MAX_MESSAGE = 64 * 1024  # larger messages (long tracebacks, many tensors) are parked in the arena
 _FD_SPACE = socket.CMSG_SPACE(array.array("i", [0]).itemsize)
-_DTYPES: dict[str, np.dtype] = {}
+_SEGMENT, _DROPPED, _PARKED, _BATCH = int(Kind.SEGMENT), int(Kind.DROPPED), int(Kind.PARKED), int(Kind.BATCH)
+_tensor, _block = M.tensor, M.block
 
 Message = tuple
 
 
-def _dtype(code: str) -> np.dtype:
-    dtype = _DTYPES.get(code)
-    if dtype is None:
-        dtype = _DTYPES[code] = np.dtype(code)
-    return dtype
+class _Dtypes(dict):
+    """NumPy dtypes by type string, made once each (a subscript, no call, on the hot path)."""
+
+    def __missing__(self, code: str) -> np.dtype:
+        dtype = self[code] = np.dtype(code)
+        return dtype
+
+
+_DTYPES = _Dtypes()
 
 
 class Channel:
@@ -49,7 +56,7 @@ class Channel:
     """
 
     def __init__(self, sock: socket.socket, arena: Arena, on_blocked: Callable[[], None] | None = None,
-                 blocking: bool = False) -> None:
+                 blocking: bool = False, codec: Codec = MARSHAL) -> None:
         # The server's end is non-blocking (an event loop reads it); a worker's end may block, since a
         # worker that waits for room or for its next message has nothing else to do.
         sock.setblocking(blocking)
@@ -62,35 +69,53 @@ class Channel:
         self._buffer = bytearray(MAX_MESSAGE)
         self._held: list[Message] = []  # messages ``hold`` kept back; the next send takes them along
         self.closed = False
+        self.use(codec)
+
+    def use(self, codec: Codec) -> None:
+        """Encode and decode with ``codec`` from now on (the handshake's choice)."""
+        self.codec = codec
+        self._dumps = codec.dumps
+        self._loads = codec.loads
 
     # --- tensors (callers hold ``lock`` while packing and sending, since packing allocates in the arena) -----
 
     def pack(self, name: str, array_: np.ndarray) -> tuple:
+        """``array_`` as a ``messages.Tensor`` record (the one encoder of that record)."""
         if array_.dtype.kind in "OSU":
             data = serialize_bytes(array_)
-            if len(data) <= INLINE_TENSOR:
-                return (name, "BYTES", array_.shape, data)
-            return (name, "BYTES", array_.shape, (*self.arena.put(data, len(data)), len(data)))
+            nbytes = len(data)
+            if nbytes <= INLINE_TENSOR:
+                return _tensor(name, "BYTES", array_.shape, data)
+            seg_id, offset = self.arena.put(data, nbytes)
+            return _tensor(name, "BYTES", array_.shape, _block(seg_id, offset, nbytes, True))
         nbytes = array_.nbytes
         if nbytes <= INLINE_TENSOR:
-            return (name, array_.dtype.str, array_.shape, array_.tobytes())
+            return _tensor(name, array_.dtype.str, array_.shape, array_.tobytes())
         # Straight into the block, whatever the array's layout: no temporary contiguous copy.
-        seg_id, offset, view = self.arena.alloc(nbytes)
+        seg_id, offset, view, copy = self.arena.alloc(nbytes)
         np.copyto(np.frombuffer(view, array_.dtype).reshape(array_.shape), array_, casting="no")
         view.release()
-        return (name, array_.dtype.str, array_.shape, (seg_id, offset, nbytes))
+        return _tensor(name, array_.dtype.str, array_.shape, _block(seg_id, offset, nbytes, copy))
 
-    def unpack(self, desc: tuple, writable: bool = False) -> np.ndarray:
-        _, code, shape, payload = desc
+    @reads(Tensor)
+    def unpack(self, writable: bool, name: str, dtype: str, shape: tuple, payload: Any) -> tuple[str, np.ndarray]:
+        """A ``messages.Tensor`` record, given as ``unpack(writable, *record)``, as ``(name, array)`` (the one
+        decoder of that record). ``writable``: the receiver may write into the array."""
         if type(payload) is bytes:
-            if code == "BYTES":
-                return deserialize_bytes(payload).reshape(shape)
-            array_ = np.frombuffer(payload, _dtype(code)).reshape(shape)
-            return array_.copy() if writable else array_
-        seg, offset, nbytes = payload
-        if code == "BYTES":  # copied out into bytes objects, so the block is free again at once
-            return deserialize_bytes(memoryview(self.segments.view(seg, offset, nbytes)).cast("B")).reshape(shape)
-        return self.segments.array(seg, offset, nbytes, _dtype(code), shape)
+            if dtype == "BYTES":
+                return name, deserialize_bytes(payload).reshape(shape)
+            array_ = np.frombuffer(payload, _DTYPES[dtype]).reshape(shape)
+            return name, (array_.copy() if writable else array_)
+        return name, self._from_block(dtype, shape, *payload)
+
+    @reads(Block)
+    def _from_block(self, dtype: str, shape: tuple, segment: int, offset: int, nbytes: int, copy: bool) -> np.ndarray:
+        if dtype == "BYTES":  # copied out into bytes objects, so the block is free again at once
+            view = self.segments.view(segment, offset, nbytes)
+            return deserialize_bytes(memoryview(view).cast("B")).reshape(shape)
+        if copy:
+            return self.segments.take(segment, offset, nbytes, _DTYPES[dtype], shape)
+        return self.segments.array(segment, offset, nbytes, _DTYPES[dtype], shape)
 
     # --- messages -------------------------------------------------------------------------------------------
 
@@ -100,7 +125,7 @@ class Channel:
                 self._held.append(message)
                 self.release()
                 return
-            self._send(marshal.dumps(message))
+            self._send(self._dumps(message))
 
     def send_many(self, messages: list[Message]) -> None:
         """Send ``messages`` in order, in one datagram when they fit (else one each)."""
@@ -108,15 +133,16 @@ class Channel:
             if self._held:
                 messages = self._held + messages
                 self._held = []
+            dumps = self._dumps
             if len(messages) == 1:
-                self._send(marshal.dumps(messages[0]))
+                self._send(dumps(messages[0]))
                 return
-            data = marshal.dumps(("*", messages))
+            data = dumps(M.batch(messages))
             if len(data) <= MAX_MESSAGE:
                 self._send(data)
                 return
             for message in messages:
-                self._send(marshal.dumps(message))
+                self._send(dumps(message))
 
     def hold(self, message: Message) -> None:
         """Keep ``message`` back until ``release`` or the next send (the caller has more to send soon)."""
@@ -132,12 +158,12 @@ class Channel:
     def _send(self, data: bytes) -> None:
         if len(data) > MAX_MESSAGE:
             seg, offset = self.arena.put(data, len(data))
-            data = marshal.dumps(("@", seg, offset, len(data)))
+            data = self._dumps(M.parked(seg, offset, len(data)))
         new_fds, dropped = self.arena.take_announcements()
         for seg_id, fd in new_fds:
-            self._write(marshal.dumps(("+", seg_id)), [fd])
+            self._write(self._dumps(M.segment(seg_id)), [fd])
         if dropped:
-            self._write(marshal.dumps(("-", dropped)), [])
+            self._write(self._dumps(M.dropped(dropped)), [])
         self._write(data, [])
 
     def _write(self, data: bytes, fds: list[int]) -> None:
@@ -195,6 +221,7 @@ class Channel:
         buffer = self._buffer
         view = memoryview(buffer)
         recvmsg_into = self.sock.recvmsg_into
+        loads = self._loads
         flags_in = 0 if wait else socket.MSG_DONTWAIT
         while True:
             try:
@@ -211,28 +238,40 @@ class Channel:
                 if out:
                     return out
                 raise EOFError("the other end closed the channel")
-            message = marshal.loads(view[:n])
+            message = loads(view[:n])
             kind = message[0]
-            if kind == "+":  # (a segment announcement is never the message a waiting reader returns)
+            if kind == _SEGMENT:  # (a segment announcement is never the message a waiting reader returns)
                 fds = array.array("i")
                 for level, type_, data in ancdata:
                     if level == socket.SOL_SOCKET and type_ == socket.SCM_RIGHTS:
                         fds.frombytes(data[: len(data) - (len(data) % fds.itemsize)])
-                self.segments.add(message[1], fds[0])
+                self.segments.add(M.Segment.of(message).id, fds[0])  # type: ignore[attr-defined]
                 continue
-            if kind == "-":
-                for seg_id in message[1]:
+            if kind == _DROPPED:
+                for seg_id in M.Dropped.of(message).ids:  # type: ignore[attr-defined]
                     self.segments.drop(seg_id)
                 continue
-            if kind == "@":
-                _, seg, offset, nbytes = message
-                message = marshal.loads(bytes(self.segments.view(seg, offset, nbytes)))
-            if kind == "*":
-                out.extend(message[1])
+            if kind == _PARKED:
+                parked = M.Parked.of(message)  # type: ignore[attr-defined]
+                message = loads(bytes(self.segments.view(parked.segment, parked.offset, parked.nbytes)))
+                kind = message[0]
+            if kind == _BATCH:
+                out.extend(M.Batch.of(message).messages)  # type: ignore[attr-defined]
             else:
                 out.append(message)
             if wait:
                 return out
+
+    def receive_raw(self) -> bytes:
+        """The next datagram as it came (the handshake, before a codec is chosen); b"" once the other end is
+        gone. Call after ``wait_readable``."""
+        try:
+            return self.sock.recv(MAX_MESSAGE)
+        except BlockingIOError:
+            return self.receive_raw() if self.wait_readable() else b""
+        except OSError:
+            self.closed = True
+            return b""
 
     def wait_readable(self, timeout: float | None = None) -> bool:
         return bool(select.select([self.sock], [], [], timeout)[0])

@@ -6,9 +6,8 @@ task so many overlap. Calls that leave the model (BLS, response senders, logs, m
 the server. A blocking call made on the loop thread (``exec()`` inside a sync ``execute``) reads the
 channel itself until its answer arrives, deferring new executions meanwhile.
 
-Messages, server -> worker: ``init``, ``x`` execute, ``c`` cancel, ``b`` BLS response, ``r`` call reply,
-``q`` finalize. Worker -> server: ``ready``/``fail``, ``d`` execution done, ``s`` response via a sender,
-``B`` BLS request, ``C`` BLS cancel, ``L`` log line, ``M`` metric update, ``R`` call, ``fin``.
+The messages are ``messages.py``'s; the handshake (INIT in, HELLO out, both JSON) picks the codec for the
+rest, so a worker on another Python version than the server's still talks to it.
 """
 
 from __future__ import annotations
@@ -26,7 +25,9 @@ from collections import deque
 from pathlib import Path
 from typing import Any, Iterator
 
+from naiad.backends.python import messages as M
 from naiad.backends.python import pb_utils
+from naiad.backends.python.messages import Kind, reads
 from naiad.backends.python.runner import CODES, check_response, check_result, describe, execute_failed
 from naiad.backends.python.runner import import_model, initialize
 from naiad.backends.python.shm import Arena
@@ -34,6 +35,9 @@ from naiad.backends.python.transport import Channel
 from naiad.core.errors import Code, InferError
 
 FINAL = pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL
+_InferenceRequest, _RequestState, _wrap = pb_utils.InferenceRequest, pb_utils._RequestState, pb_utils.Tensor._wrap
+_new_request = object.__new__
+_encode_done, _encode_response = M.done, M.response  # (hot path: no module lookup per call)
 # A batch of executions from the server answers in one datagram while each takes less than this, and no
 # answer waits longer than this for its datagram; a slower model answers each as soon as it is done, since
 # holding an answer back would cost more than the wake-up it saves.
@@ -41,7 +45,7 @@ HOLD_BELOW_NS = 100_000
 
 
 def error_wire(error: InferError) -> tuple:
-    return ((error.code.name, error.message), None, None)
+    return M.error_response(error.code.name, error.message)
 
 
 class _Waiter:
@@ -67,6 +71,12 @@ class Worker:
         self.loop = _new_loop()
         self.is_async = False
         self.deferred: deque[tuple] = deque()  # executions that arrived while a blocking call read the channel
+        self._unpack = channel.unpack
+        routes = {Kind.EXECUTE: self._run_execute, Kind.BLS_REPLY: self._on_bls_reply,
+                  Kind.CALL_REPLY: self._on_call_reply, Kind.CANCEL: self._on_cancel, Kind.FINALIZE: self._on_finalize}
+        self._routes = M.dispatch_table(routes, self._unexpected)
+        # While a blocking call reads the channel for its answer, executions wait their turn.
+        self._pumping_routes = M.dispatch_table({**routes, Kind.EXECUTE: self._defer}, self._unexpected)
         asyncio.set_event_loop(self.loop)
         self.loop_thread = threading.get_ident()
         self.executions: dict[int, list[pb_utils._RequestState]] = {}
@@ -92,13 +102,13 @@ class Worker:
             initialize(self.model, setup["args"], setup["model_name"], self.loop.run_until_complete)
             self._execute = self.model.execute
         except InferError as exc:
-            self.ch.send(("fail", exc.code.name, exc.message))
+            self.ch.send(M.fail(exc.code.name, exc.message))
             return False
         except Exception as exc:
-            self.ch.send(("fail", Code.INTERNAL.name, describe(exc)))
+            self.ch.send(M.fail(Code.INTERNAL.name, describe(exc)))
             return False
         is_async = self.is_async = inspect.iscoroutinefunction(self._execute)
-        self.ch.send(("ready", {"async": is_async, "pid": os.getpid(), "python": sys.executable}))
+        self.ch.send(M.ready(is_async, os.getpid(), sys.executable))
         return True
 
     def run(self) -> None:
@@ -107,22 +117,23 @@ class Worker:
             self.loop.run_forever()
             return
         # A synchronous model needs no event loop: block on the socket, one system call per message.
-        ch, deferred = self.ch, self.deferred
+        ch, deferred, routes = self.ch, self.deferred, self._routes
         while True:
             while deferred:
-                self._run_execute(deferred.popleft())
+                self._run_execute(*deferred.popleft())
             try:
                 messages = ch.receive(wait=True)
             except EOFError:
                 self._quit()
                 return
             if len(messages) == 1:
-                self._dispatch(messages[0])
+                message = messages[0]
+                routes[message[0]](*message)
                 continue
             last = len(messages) - 1
             for index, message in enumerate(messages):
                 self._hold = index < last and self._quick
-                self._dispatch(message)
+                routes[message[0]](*message)
             self._hold = False
             self._held_since = 0
             ch.release()
@@ -139,47 +150,64 @@ class Worker:
             self._dispatch(message)
 
     def _dispatch(self, message: tuple) -> None:
-        kind = message[0]
-        if kind == "x":
-            if not self.pumping:
-                self._run_execute(message)
-            elif self.is_async:
-                self.loop.call_soon(self._run_execute, message)
-            else:
-                self.deferred.append(message)
-        elif kind == "b" or kind == "r":
-            waiter = self.waiters.get(message[1])
-            if waiter is not None:
-                self._deliver(message, waiter)
-        elif kind == "c":
-            states = self.executions.get(message[1])
-            if states is not None:
-                for index, state in enumerate(states):
-                    if message[2] < 0 or message[2] == index:
-                        state.cancelled = True
-        elif kind == "q":
-            self._finalize()
+        (self._pumping_routes if self.pumping else self._routes)[message[0]](*message)
 
-    def _deliver(self, message: tuple, waiter: _Waiter) -> None:
-        final = message[0] == "r" or not waiter.decoupled or message[3]
-        if final:
-            del self.waiters[message[1]]
+    @reads(M.Execute)
+    def _defer(self, kind: int, tag: int, requests: list) -> None:
+        if self.is_async:
+            self.loop.call_soon(self._run_execute, kind, tag, requests)
+        else:
+            self.deferred.append((kind, tag, requests))
+
+    @reads(M.CallReply)
+    def _on_call_reply(self, kind: int, tag: int, ok: bool, value: Any) -> None:
+        waiter = self.waiters.pop(tag, None)
+        if waiter is None:
+            return
+        reply = M.CallReply(kind, tag, ok, value)
         if waiter.queue is not None:
-            waiter.queue.put(message)
+            waiter.queue.put(reply)
+        elif waiter.future is not None and not waiter.future.done():
+            waiter.future.set_result(reply)
+
+    @reads(M.BlsReply)
+    def _on_bls_reply(self, kind: int, tag: int, response: tuple, final: bool) -> None:
+        waiter = self.waiters.get(tag)
+        if waiter is None:
+            return
+        final = not waiter.decoupled or final
+        if final:
+            del self.waiters[tag]
+        if waiter.queue is not None:
+            waiter.queue.put(M.BlsReply(kind, tag, response, final))
             return
         future = waiter.future
         if future is None or future.done():
             return
-        if message[0] == "r":
-            future.set_result(message)
-        elif waiter.decoupled:
-            waiter.collected.append(self._bls_response(message[2]))
+        response = self._bls_response(*response)
+        if waiter.decoupled:
+            waiter.collected.append(response)
             if final:
                 future.set_result(pb_utils.ResponseIterator(waiter.collected))
         else:
-            future.set_result(self._bls_response(message[2]))
+            future.set_result(response)
 
-    def _wait(self, waiter: _Waiter) -> tuple:
+    @reads(M.Cancel)
+    def _on_cancel(self, kind: int, tag: int, request_index: int) -> None:
+        states = self.executions.get(tag)
+        if states is not None:
+            for at, state in enumerate(states):
+                if request_index < 0 or request_index == at:
+                    state.cancelled = True
+
+    @reads(M.Finalize)
+    def _on_finalize(self, kind: int) -> None:
+        self._finalize()
+
+    def _unexpected(self, kind: int, *_: Any) -> None:
+        print(f"naiad worker '{self.name}': ignoring an unexpected message of kind {kind}", file=sys.stderr)
+
+    def _wait(self, waiter: _Waiter) -> Any:
         """The next answer for ``waiter``; on the loop thread, read the channel meanwhile."""
         assert waiter.queue is not None
         if threading.get_ident() != self.loop_thread:
@@ -206,29 +234,16 @@ class Worker:
 
     # --- execution ---------------------------------------------------------------------------------------------
 
-    def _run_execute(self, message: tuple) -> None:
-        _, tag, wire_requests = message
+    @reads(M.Execute)
+    def _run_execute(self, kind: int, tag: int, requests: list) -> None:
         t0 = time.perf_counter_ns()
-        unpack = self.ch.unpack
-        wrap = pb_utils.Tensor._wrap
         states = []
-        requests = []
-        for index, (rid, corr, flags, timeout, params, requested, inputs) in enumerate(wire_requests):
-            state = pb_utils._RequestState(self.decoupled, self._sender_for(tag, index, requested))
-            request = pb_utils.InferenceRequest.__new__(pb_utils.InferenceRequest)
-            request._model_name = self.model_name
-            request._model_version = self.model_version
-            request._inputs = [wrap(d[0], unpack(d, True)) for d in inputs]
-            request._by_name = None
-            request._requested_output_names = requested if requested is not None else self.output_names
-            request._request_id = rid
-            request._correlation_id = corr
-            request._flags = flags
-            request._timeout = timeout
-            request._parameters = params
-            request._state = state
-            request._sender = None
-            states.append(state)
+        request_for = self._request
+        records, requests = requests, []  # the wire's records in, the model's requests out
+        request = None
+        for index, record in enumerate(records):
+            request = request_for(tag, index, *record)
+            states.append(request._state)
             requests.append(request)
         self.executions[tag] = states
         t1 = time.perf_counter_ns()
@@ -236,48 +251,68 @@ class Worker:
         try:
             box.append(self._execute(requests))
         except Exception as exc:
-            del requests
-            self._done(tag, wire_requests, box, exc, t1 - t0, t1)
+            del requests, request
+            self._done(tag, states, box, exc, t1 - t0, t1)
             return
         # Our references to the inputs go before the answer does: the server may reuse their blocks at once.
-        del requests
+        del requests, request
         if inspect.isawaitable(box[0]):
             task = asyncio.ensure_future(box.pop(), loop=self.loop)
-            task.add_done_callback(lambda t: self._async_done(t, tag, wire_requests, t1 - t0, t1))
+            task.add_done_callback(lambda t: self._async_done(t, tag, states, t1 - t0, t1))
             return
-        self._done(tag, wire_requests, box, None, t1 - t0, t1)
+        self._done(tag, states, box, None, t1 - t0, t1)
 
-    def _async_done(self, task: asyncio.Future, tag: int, wire_requests: list, input_ns: int, t1: int) -> None:
+    @reads(M.Request)
+    def _request(self, tag: int, index: int, id: str, correlation_id: Any, flags: int, timeout: int, parameters: dict,
+                 requested: list | None, inputs: list) -> pb_utils.InferenceRequest:
+        unpack, wrap = self._unpack, _wrap
+        request = _new_request(_InferenceRequest)
+        request._model_name = self.model_name
+        request._model_version = self.model_version
+        request._inputs = [wrap(*unpack(True, *record)) for record in inputs]
+        request._by_name = None
+        request._requested_output_names = requested if requested is not None else self.output_names
+        request._request_id = id
+        request._correlation_id = correlation_id
+        request._flags = flags
+        request._timeout = timeout
+        request._parameters = parameters
+        # Only a decoupled model's sender sends (a non-decoupled one's response is kept on the state).
+        sender: Any = self._sender_for(tag, index, requested) if self.decoupled else None
+        request._state = _RequestState(self.decoupled, sender, requested)
+        request._sender = None
+        return request
+
+    def _async_done(self, task: asyncio.Future, tag: int, states: list, input_ns: int, t1: int) -> None:
         if task.cancelled():
-            self._done(tag, wire_requests, None, asyncio.CancelledError("execute was cancelled"), input_ns, t1)
+            self._done(tag, states, None, asyncio.CancelledError("execute was cancelled"), input_ns, t1)
             return
         exc = task.exception()
-        self._done(tag, wire_requests, [] if exc else [task.result()], exc, input_ns, t1)
+        self._done(tag, states, [] if exc else [task.result()], exc, input_ns, t1)
 
-    def _done(self, tag: int, wire_requests: list, box: list[Any], exc: BaseException | None, input_ns: int,
-              t1: int) -> None:
+    def _done(self, tag: int, states: list[pb_utils._RequestState], box: list[Any], exc: BaseException | None,
+              input_ns: int, t1: int) -> None:
         """Send the outcome of an execution. ``box`` holds execute's return value, so that the last reference
         to it (and to any input arrays it holds) is dropped here, before the answer leaves."""
         t2 = time.perf_counter_ns()
         result = box.pop() if box else None
-        states = self.executions.get(tag, [])
-        failed = None if exc is None else (Code.INTERNAL.name, execute_failed(self.name, exc).message)
+        failed = None if exc is None else M.error(Code.INTERNAL.name, execute_failed(self.name, exc).message)
         with self.ch.lock:
             if self.decoupled or failed is not None:
                 wire = None
             elif result is None and states and all(s.response is not None for s in states):
                 # A non-decoupled model answered through its response senders.
-                wire = [self._response_wire(s.response, r[5]) for s, r in zip(states, wire_requests)]
+                wire = [self._response_wire(s.response, s.requested) for s in states]
             else:
-                checked = check_result(result, len(wire_requests), self.name)
-                wire = [self._response_wire(c, r[5]) for c, r in zip(checked, wire_requests)]
+                checked = check_result(result, len(states), self.name)
+                wire = [self._response_wire(c, s.requested) for c, s in zip(checked, states)]
                 del checked
             del result
             for state in states:
                 state.response = None
             t3 = time.perf_counter_ns()
             self._quick = t3 - t1 + input_ns < HOLD_BELOW_NS
-            message = ("d", tag, failed, wire, input_ns, t2 - t1, t3 - t2)
+            message = _encode_done(tag, failed, wire, input_ns, t2 - t1, t3 - t2)
             if self._hold and (not self._held_since or t3 - self._held_since < HOLD_BELOW_NS):
                 self._held_since = self._held_since or t3
                 self.ch.hold(message)
@@ -302,7 +337,7 @@ class Worker:
         except Exception as exc:
             return error_wire(InferError(f"Failed to send the outputs of model '{self.name}': {describe(exc)}",
                                          Code.INTERNAL))
-        return (None, outputs, response._parameters)
+        return _encode_response(None, outputs, response._parameters)
 
     def _sender_for(self, tag: int, index: int, requested: list[str] | None) -> Any:
         def send(response: Any, flags: int) -> None:
@@ -312,7 +347,7 @@ class Worker:
                 else:
                     checked = check_response(response, self.name)
                     wire = self._response_wire(checked, requested)
-                self.ch.send(("s", tag, index, wire, flags))
+                self.ch.send(M.stream(tag, index, wire, flags))
             if flags & FINAL:
                 states = self.executions.get(tag)
                 if states is not None and all(s.closed for s in states):
@@ -326,35 +361,37 @@ class Worker:
         self.waiters[tag] = waiter
         with self.ch.lock:
             inputs = [self.ch.pack(t._name, t._array) for t in request._inputs]
-            wire = (request._request_id, request._correlation_id, request._flags, request._timeout,
-                    request._parameters, request._requested_output_names or None, inputs)
-            self.ch.send(("B", tag, request._model_name, int(request._model_version), wire, decoupled))
+            wire = M.request(request._request_id, request._correlation_id, request._flags, request._timeout,
+                             request._parameters, request._requested_output_names or None, inputs)
+            self.ch.send(M.bls(tag, request._model_name, int(request._model_version), wire, decoupled))
         return tag
 
-    def _bls_response(self, wire: tuple) -> pb_utils.InferenceResponse:
-        error, outputs, params = wire
+    @reads(M.Response)
+    def _bls_response(self, error: tuple | None, outputs: list | None,
+                      parameters: dict | None) -> pb_utils.InferenceResponse:
         if error is not None:
-            code = CODES.index(Code[error[0]])
-            return pb_utils.InferenceResponse(error=pb_utils.TritonError(error[1], code))
-        unpack = self.ch.unpack
-        response = pb_utils.InferenceResponse([pb_utils.Tensor._wrap(d[0], unpack(d)) for d in outputs])
-        response._parameters = params or {}
+            failure = M.Error.of(error)  # type: ignore[attr-defined]
+            return pb_utils.InferenceResponse(error=pb_utils.TritonError(failure.message,
+                                                                         CODES.index(Code[failure.code])))
+        unpack, wrap = self.ch.unpack, pb_utils.Tensor._wrap
+        response = pb_utils.InferenceResponse([wrap(*unpack(False, *record)) for record in outputs])  # type: ignore
+        response._parameters = parameters or {}
         return response
 
     def exec(self, request: pb_utils.InferenceRequest, decoupled: bool) -> Any:
         waiter = _Waiter(decoupled=decoupled)
         tag = self._send_bls(request, decoupled, waiter)
         if not decoupled:
-            return self._bls_response(self._wait(waiter)[2])
+            return self._bls_response(*self._wait(waiter).response)
 
         def responses() -> Iterator[pb_utils.InferenceResponse]:
             while True:
-                message = self._wait(waiter)
-                yield self._bls_response(message[2])
-                if message[3]:
+                reply = self._wait(waiter)
+                yield self._bls_response(*reply.response)
+                if reply.final:
                     return
 
-        return pb_utils.ResponseIterator(responses(), lambda: self.ch.send(("C", tag)))
+        return pb_utils.ResponseIterator(responses(), lambda: self.ch.send(M.bls_cancel(tag)))
 
     def async_exec(self, request: pb_utils.InferenceRequest, decoupled: bool) -> asyncio.Future:
         future = self.loop.create_future()
@@ -365,14 +402,14 @@ class Worker:
         waiter = _Waiter()
         tag = self._new_tag()
         self.waiters[tag] = waiter
-        self.ch.send(("R", tag, what, args))
-        _, _, ok, value = self._wait(waiter)
-        if not ok:
-            raise pb_utils.TritonModelException(value)
-        return value
+        self.ch.send(M.call(tag, what, args))
+        reply = self._wait(waiter)
+        if not reply.ok:
+            raise pb_utils.TritonModelException(reply.value)
+        return reply.value
 
     def log(self, level: int, message: str) -> None:
-        self.ch.send(("L", level, message))
+        self.ch.send(M.log(level, message))
 
     def metric_family(self, name: str, description: str, kind: int) -> None:
         self._call("family", name, description, kind)
@@ -383,7 +420,7 @@ class Worker:
     def metric_op(self, key: Any, op: str, value: float) -> float:
         if op == "value":
             return self._call("value", key)
-        self.ch.send(("M", key, op, value))  # fire and forget: the server applies updates in order
+        self.ch.send(M.metric(key, op, value))  # fire and forget: the server applies updates in order
         return 0.0
 
     def control(self, op: str, name: str, arg: str, extra: dict[str, Any]) -> Any:
@@ -404,7 +441,7 @@ class Worker:
                 except Exception as exc:
                     error = describe(exc)
         try:
-            self.ch.send(("fin", error))
+            self.ch.send(M.finalized(error))
         except EOFError:
             pass
         self._quit()
@@ -439,21 +476,25 @@ def main(argv: list[str]) -> int:
     sock = socket.socket(fileno=int(argv[0]))
     if os.getppid() == 1:
         return 1
-    # The first message is the setup; wait for it before the loop exists.
+    # The first message is the setup (JSON, whatever our Python version); wait for it before the loop exists.
     sock.setblocking(True)
     data = sock.recv(1 << 20)
     if not data:
         return 1
-    import marshal
-
-    kind, setup = marshal.loads(data)
-    assert kind == "init"
+    init = M.decode_init(data)
+    setup, ours = init.setup, M.reported_versions()
+    try:
+        codec = M.choose_codec(init.versions, ours)
+    except M.ProtocolMismatch:
+        sock.send(M.encode_hello(ours, ""))  # the server explains the refusal
+        return 1
+    sock.send(M.encode_hello(ours, codec.name))
     try:
         arena = Arena(setup["shm_default"], setup["shm_growth"])
     except InferError as exc:
-        sock.send(marshal.dumps(("fail", exc.code.name, exc.message)))
+        sock.send(codec.dumps(M.fail(exc.code.name, exc.message)))
         return 1
-    worker = Worker(Channel(sock, arena, blocking=True), setup)
+    worker = Worker(Channel(sock, arena, blocking=True, codec=codec), setup)
     if not worker.load(setup):
         sys.stdout.flush()
         os._exit(1)

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import marshal
 import os
 import signal
 import socket
@@ -16,7 +15,9 @@ import numpy as np
 import pytest
 
 from naiad.backends.base import Execution, VersionContext
+from naiad.backends.python import messages as M
 from naiad.backends.python.backend import PythonBackend
+from naiad.backends.python.messages import Kind
 from naiad.backends.python.shm import Arena
 from naiad.backends.python.transport import MAX_MESSAGE, Channel
 from naiad.config.loader import load_config
@@ -42,7 +43,7 @@ def _datagrams(channel: Channel) -> list[bytes]:
     write = channel._write
 
     def counting(data: bytes, fds: list[int]) -> None:
-        if marshal.loads(data)[0] not in ("+", "-"):
+        if channel.codec.loads(data)[0] not in (Kind.SEGMENT, Kind.DROPPED):
             sent.append(data)
         write(data, fds)
 
@@ -53,39 +54,39 @@ def _datagrams(channel: Channel) -> list[bytes]:
 def test_send_many_is_one_datagram_in_order(pair: tuple[Channel, Channel]) -> None:
     sender, receiver = pair
     sent = _datagrams(sender)
-    sender.send_many([("x", i, [b"payload"]) for i in range(5)])
+    sender.send_many([M.execute(i, [b"payload"]) for i in range(5)])
     assert len(sent) == 1
     receiver.wait_readable(5)
-    assert receiver.receive() == [("x", i, [b"payload"]) for i in range(5)]
+    assert [M.Execute.of(m) for m in receiver.receive()] == [(Kind.EXECUTE, i, [b"payload"]) for i in range(5)]
 
 
 def test_a_batch_too_big_for_one_datagram_goes_one_by_one(pair: tuple[Channel, Channel]) -> None:
     sender, receiver = pair
     sent = _datagrams(sender)
     blobs = [bytes([65 + i]) * (MAX_MESSAGE // 3) for i in range(4)]  # distinct: marshal shares equal objects
-    sender.send_many([("x", i, blobs[i]) for i in range(4)])
+    sender.send_many([M.execute(i, blobs[i]) for i in range(4)])  # type: ignore[arg-type]
     assert len(sent) == 4
     got: list[tuple] = []
     while len(got) < 4:
         receiver.wait_readable(5)
-        got += receiver.receive()
-    assert [g[1] for g in got] == [0, 1, 2, 3] and [g[2] for g in got] == blobs
+        got += [M.Execute.of(m) for m in receiver.receive()]
+    assert [g.tag for g in got] == [0, 1, 2, 3] and [g.requests for g in got] == blobs
 
 
 def test_held_messages_leave_with_the_next_send(pair: tuple[Channel, Channel]) -> None:
     sender, receiver = pair
     sent = _datagrams(sender)
-    sender.hold(("d", 1))
-    sender.hold(("d", 2))
+    sender.hold(M.bls_cancel(1))
+    sender.hold(M.bls_cancel(2))
     assert sent == [] and not receiver.wait_readable(0)
-    sender.send(("L", 0, "log line"))
+    sender.send(M.log(0, "log line"))
     assert len(sent) == 1
     receiver.wait_readable(5)
-    assert receiver.receive() == [("d", 1), ("d", 2), ("L", 0, "log line")]
-    sender.hold(("d", 3))
+    assert receiver.receive() == [M.bls_cancel(1), M.bls_cancel(2), M.log(0, "log line")]
+    sender.hold(M.bls_cancel(3))
     sender.release()
     receiver.wait_readable(5)
-    assert receiver.receive() == [("d", 3)]
+    assert receiver.receive() == [M.bls_cancel(3)]
 
 
 def _load(tmp_path: Path):

@@ -1,0 +1,425 @@
+"""The server's side of one worker's messages: executions out, and everything the worker sends back routed
+to where it belongs (execution results and streamed responses to their requests, BLS requests to the
+server core, log lines to the log, metrics to the registry, calls answered).
+
+Everything here runs on the server's event loop; the channel is read with ``loop.add_reader``, and an
+execution completes through the scheduler's callback, called from the read callback (no task, no future, no
+loop hop per request). Executions submitted during one turn of the loop leave in one datagram at its end,
+so a busy server wakes its worker once per turn rather than once per request. The process behind the
+channel (start, health, restarts) is ``process.py``'s business: it hands this router each new channel.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import inspect
+import logging
+import time
+from typing import Any, Callable
+
+from naiad.backends.base import Core, Execution
+from naiad.backends.python import messages as M
+from naiad.backends.python import metrics
+from naiad.backends.python.messages import Kind, reads
+from naiad.backends.python.pb_utils import TRITONSERVER_RESPONSE_COMPLETE_FINAL as _FINAL
+from naiad.backends.python.transport import Channel
+from naiad.core.errors import Code, InferError, internal
+from naiad.core.request import InferRequest, InferResponse
+
+model_log = logging.getLogger("naiad.model")
+_LEVELS = {0: logging.INFO, 1: logging.WARNING, 2: logging.ERROR, 3: logging.DEBUG}
+
+Done = Callable[[Execution], None]
+_encode_request, _encode_execute = M.request, M.execute  # (hot path: no module lookup per call)
+
+
+class Pending:
+    __slots__ = ("done", "requests", "input_ns", "open", "executed")
+
+    def __init__(self, done: Done | None, requests: list[InferRequest], input_ns: int, decoupled: bool) -> None:
+        self.done = done  # called once with the Execution, then set to None
+        self.requests = requests
+        self.input_ns = input_ns
+        # Decoupled requests stay open until their final response; others close with the execution.
+        self.open = [True] * len(requests) if decoupled else None
+        self.executed = False
+
+
+class Router:
+    """``died`` is called when the channel closes under it; ``resubmit`` takes executions submitted while
+    the worker isn't ready, and those that never reached it, to run them on its replacement."""
+
+    def __init__(self, name: str, model_name: str, model_version: int, decoupled: bool, core: Core | None,
+                 died: Callable[[], None], resubmit: Callable[[list[InferRequest], Done], None]) -> None:
+        self.name = name
+        self.model_name = model_name
+        self.version = str(model_version)
+        self.decoupled = decoupled
+        self.core = core
+        self._died = died
+        self._resubmit = resubmit
+        self.ch: Channel | None = None
+        self.ready = False  # set by the process's lifecycle: the worker takes executions
+        self.loop: asyncio.AbstractEventLoop | None = None
+        self.pending: dict[int, Pending] = {}
+        self.calls: dict[int, Any] = {}  # BLS requests in flight for this worker: tag -> future or task
+        self._tag = 0
+        self._outbox: list[tuple] = []  # executions waiting for the end of this turn of the loop
+        self._flush_handle: asyncio.Handle | None = None
+        self._routes = M.dispatch_table({
+            Kind.DONE: self._executed, Kind.STREAM: self._streamed, Kind.LOG: self._log, Kind.METRIC: self._metric,
+            Kind.CALL: self._call, Kind.BLS: self._bls, Kind.BLS_CANCEL: self._bls_cancel}, self._unexpected)
+
+    def handle(self, message: tuple) -> None:
+        """Route one message from the worker (the lifecycle calls this for those that arrive while the worker
+        starts or stops; once it runs, ``on_readable`` routes them)."""
+        self._routes[message[0]](*message)
+
+    def _unexpected(self, kind: Any, *_: Any) -> None:
+        try:
+            kind = Kind(kind).name
+        except ValueError:
+            pass
+        logging.getLogger("naiad.python").warning("model instance '%s' sent an unexpected %s message", self.name,
+                                                  kind)
+
+    # --- the channel --------------------------------------------------------------------------------------------
+
+    def bind(self, ch: Channel) -> None:
+        """Route the messages of a new worker's channel (after a start or restart); the channel calls
+        ``on_blocked`` when its socket is full."""
+        self.ch = ch
+
+    def attach(self, loop: asyncio.AbstractEventLoop) -> None:
+        assert self.ch is not None
+        self.loop = loop
+        loop.add_reader(self.ch.sock.fileno(), self.on_readable)
+
+    def detach(self) -> None:
+        """Stop watching the channel (before it closes: its descriptor number may be reused)."""
+        ch, loop = self.ch, self.loop
+        if loop is None or ch is None or ch.sock.fileno() < 0:
+            return
+        try:
+            loop.remove_reader(ch.sock.fileno())
+            loop.remove_writer(ch.sock.fileno())
+        except Exception:
+            pass  # the loop is closed
+
+    def on_blocked(self) -> None:
+        if self.loop is not None and self.ch is not None:
+            self.loop.add_writer(self.ch.sock.fileno(), self._on_writable)
+
+    def _on_writable(self) -> None:
+        if self.ch is None or self.ch.flush():
+            if self.loop is not None and self.ch is not None:
+                self.loop.remove_writer(self.ch.sock.fileno())
+
+    def reply(self, message: tuple) -> None:
+        try:
+            with self.ch.lock:  # type: ignore[union-attr]
+                self.ch.send(message)  # type: ignore[union-attr]
+        except (EOFError, AttributeError):
+            pass
+
+    # --- executions ----------------------------------------------------------------------------------------------
+
+    def submit(self, requests: list[InferRequest], done: Done) -> None:
+        """Send ``requests`` at the end of this turn of the loop; ``done(Execution)`` is called once."""
+        if not self.ready:
+            self._resubmit(requests, done)
+            return
+        ch = self.ch
+        assert ch is not None
+        if self.loop is None:
+            self.attach(asyncio.get_running_loop())
+        t0 = time.perf_counter_ns()
+        self._tag += 1
+        tag = self._tag
+        try:
+            with ch.lock:  # packing allocates in the arena
+                pack = ch.pack
+                wire = [_encode_request(r.id, r.correlation_id, r.flags, r.timeout_us, r.parameters,
+                                        r.requested_outputs, [pack(n, a) for n, a in r.inputs.items()])
+                        for r in requests]
+        except InferError as exc:  # shared memory exhausted: this execution fails, the worker lives on
+            done(Execution([self.error(r, exc) for r in requests], failed=True))
+            return
+        self._outbox.append(_encode_execute(tag, wire))
+        if self._flush_handle is None:
+            self._flush_handle = self.loop.call_soon(self.flush)  # type: ignore[union-attr]
+        self.pending[tag] = Pending(done, requests, time.perf_counter_ns() - t0, self.decoupled)
+
+    def flush(self) -> None:
+        """Send the executions submitted this turn, in one datagram."""
+        self._flush_handle = None
+        out = self._outbox
+        if not out:
+            return
+        self._outbox = []
+        try:
+            self.ch.send_many(out)  # type: ignore[union-attr]
+        except EOFError:
+            # The worker died before they left: run them on its replacement, as a failed send always has.
+            for message in out:
+                pending = self.pending.pop(M.Execute.of(message).tag, None)  # type: ignore[attr-defined]
+                if pending is not None and pending.done is not None:
+                    done, pending.done = pending.done, None
+                    self._resubmit(pending.requests, done)
+
+    def take_unsent(self) -> list[Pending]:
+        """Executions still in the outbox (the worker died before they left), out of ``pending``."""
+        unsent = [self.pending.pop(tag) for tag in (M.Execute.of(m).tag for m in self._outbox)  # type: ignore
+                  if tag in self.pending]
+        self._outbox = []
+        return unsent
+
+    def cancel(self, request: InferRequest) -> bool:
+        self.flush()  # the execution must reach the worker before its cancellation does
+        for tag, pending in self.pending.items():
+            for index, candidate in enumerate(pending.requests):
+                if candidate is request:
+                    try:
+                        self.ch.send(M.cancel(tag, index))  # type: ignore[union-attr]
+                    except EOFError:
+                        pass
+                    return True
+        return False
+
+    def error(self, request: InferRequest, error: InferError | None) -> InferResponse:
+        return InferResponse(self.model_name, self.version, request.id, error=error)
+
+    def fail_pending(self, why: str) -> None:
+        pending, self.pending = self.pending, {}
+        error = internal(why)
+        for entry in pending.values():
+            responses = [self.error(r, error) for r in entry.requests]
+            if entry.open is not None:
+                for index, request in enumerate(entry.requests):
+                    if entry.open[index]:
+                        self._respond(request, self.error(request, error), True)
+            done = entry.done
+            if done is not None:
+                entry.done = None
+                done(Execution(responses, failed=True))
+        calls, self.calls = self.calls, {}
+        for call in calls.values():
+            call.cancel()
+
+    # --- incoming ------------------------------------------------------------------------------------------------
+
+    def on_readable(self) -> None:
+        try:
+            messages = self.ch.receive()  # type: ignore[union-attr]
+        except EOFError:
+            self._died()
+            return
+        routes = self._routes
+        for message in messages:
+            routes[message[0]](*message)
+
+    @reads(M.Done)
+    def _executed(self, kind: int, tag: int, error: tuple | None, responses: list | None, input_ns: int,
+                  infer_ns: int, output_ns: int) -> None:
+        pending = self.pending.get(tag)
+        if pending is None:
+            return
+        t0 = time.perf_counter_ns()
+        requests = pending.requests
+        if error is not None:
+            failure = _error(*error)
+            answers = [self.error(r, failure) for r in requests]
+            if pending.open is not None:
+                for index, request in enumerate(requests):
+                    if pending.open[index]:
+                        pending.open[index] = False
+                        self._respond(request, self.error(request, failure), True)
+        elif responses is None:  # decoupled: the responses travel on their own
+            answers = [self.error(r, None) for r in requests]
+        else:
+            response = self._response
+            answers = [response(r, *w) for r, w in zip(requests, responses)]
+        pending.executed = True
+        if pending.open is None or not any(pending.open):
+            del self.pending[tag]
+        done = pending.done
+        if done is not None:
+            pending.done = None
+            done(Execution(answers, pending.input_ns + input_ns, infer_ns, output_ns + time.perf_counter_ns() - t0,
+                           failed=error is not None))
+
+    @reads(M.Stream)
+    def _streamed(self, kind: int, tag: int, request_index: int, response: tuple | None, flags: int) -> None:
+        pending = self.pending.get(tag)
+        index = request_index
+        if pending is None or pending.open is None or not pending.open[index]:
+            return
+        request = pending.requests[index]
+        final = bool(flags & _FINAL)
+        if response is None:
+            answer = InferResponse(self.model_name, self.version, request.id)
+        else:
+            answer = self._response(request, *response)
+        if final:
+            pending.open[index] = False
+            if pending.executed and not any(pending.open):
+                del self.pending[tag]
+        self._respond(request, answer, final)
+
+    @staticmethod
+    def _respond(request: InferRequest, response: InferResponse, final: bool) -> None:
+        response.final = final
+        responder = request.responder
+        if responder is not None:
+            responder(response)
+
+    @reads(M.Response)
+    def _response(self, request: InferRequest, error: tuple | None, outputs: list | None,
+                  parameters: dict | None) -> InferResponse:
+        if error is not None:
+            return InferResponse(self.model_name, self.version, request.id, error=_error(*error))
+        unpack = self.ch.unpack  # type: ignore[union-attr]
+        arrays = {}
+        for record in outputs:  # type: ignore[union-attr]
+            name, array = unpack(False, *record)
+            arrays[name] = array
+        return InferResponse(self.model_name, self.version, request.id, arrays, parameters)
+
+    def _arrays(self, records: list) -> dict[str, Any]:
+        unpack = self.ch.unpack  # type: ignore[union-attr]
+        arrays = {}
+        for record in records:
+            name, array = unpack(False, *record)
+            arrays[name] = array
+        return arrays
+
+    # --- logs, metrics and calls ----------------------------------------------------------------------------------
+
+    @reads(M.Log)
+    def _log(self, kind: int, level: int, text: str) -> None:
+        model_log.log(_LEVELS.get(level, logging.INFO), "%s", text)
+
+    @reads(M.Metric)
+    def _metric(self, kind: int, key: Any, op: str, value: float) -> None:
+        metrics.REGISTRY.apply(key, op, value)
+
+    @reads(M.Call)
+    def _call(self, kind: int, tag: int, what: str, args: tuple) -> None:
+        try:
+            if what == "family":
+                value = metrics.REGISTRY.family(*args, owner=f"{self.model_name}/{self.version}")
+            elif what == "metric":
+                value = metrics.REGISTRY.metric(*args)
+            elif what == "value":
+                value = metrics.REGISTRY.value(args[0])
+            elif what == "control":
+                value = self._control(*args)
+                if inspect.isawaitable(value):  # a load runs off the loop; the model waits for its answer
+                    asyncio.ensure_future(self._reply_when_done(tag, value, args[0]))
+                    return
+            else:
+                raise InferError(f"unknown call '{what}'")
+        except (InferError, metrics.MetricError) as exc:
+            self.reply(M.call_reply(tag, False, str(getattr(exc, "message", exc))))
+            return
+        self.reply(M.call_reply(tag, True, value))
+
+    async def _reply_when_done(self, tag: int, pending: Any, op: str) -> None:
+        try:
+            value = await pending
+        except Exception as exc:  # the model hears about it (in python_backend's words); the server keeps serving
+            message = exc.message if isinstance(exc, InferError) else f"{type(exc).__name__}: {exc}"
+            self.reply(M.call_reply(tag, False, f"Failed to {op} model: Failed to process the request for model "
+                                                f"'{self.name}', message: {message}"))
+            return
+        self.reply(M.call_reply(tag, True, value))
+
+    def _control(self, op: str, name: str, arg: str, extra: dict[str, Any]) -> Any:
+        core = self.core
+        if op == "ready":
+            check = getattr(core, "model_ready", None)
+            return bool(check(name, arg)) if check is not None else False
+        method = getattr(core, f"{op}_model", None)
+        if method is None:
+            raise InferError(f"explicit model {op} is not available in this server (see --model-control-mode)",
+                             Code.UNAVAILABLE)
+        return method(name, **({"config": arg, "files": extra} if op == "load" else extra))
+
+    # --- BLS: a worker's request to another model goes through the server core ----------------------------------
+
+    @reads(M.Bls)
+    def _bls(self, kind: int, tag: int, model: str, version: int, request: tuple, decoupled: bool) -> None:
+        call = self._bls_request(model, version, *request)
+        core = self.core
+        if core is None:
+            self._bls_error(tag, "UNAVAILABLE", "BLS is not available: the model runs outside a server")
+            return
+        if decoupled:
+            self.calls[tag] = asyncio.ensure_future(self._bls_stream(tag, core, call))
+            return
+        try:
+            future = core.infer(call)
+        except InferError as exc:
+            self._bls_error(tag, exc.code.name, exc.message)
+            return
+        self.calls[tag] = future
+        future.add_done_callback(lambda f: self._bls_done(tag, f))
+
+    @reads(M.Request)
+    def _bls_request(self, model: str, version: int, id: str, correlation_id: Any, flags: int, timeout: int,
+                     parameters: dict, requested: list | None, inputs: list) -> InferRequest:
+        request = InferRequest(model, str(version) if version >= 0 else "", id, self._arrays(inputs), requested,
+                               parameters)
+        request.correlation_id = correlation_id
+        request.flags = flags
+        request.timeout_us = timeout
+        return request
+
+    @reads(M.BlsCancel)
+    def _bls_cancel(self, kind: int, tag: int) -> None:
+        call = self.calls.pop(tag, None)
+        if call is not None:
+            call.cancel()
+
+    def _bls_error(self, tag: int, code: str, text: str) -> None:
+        self.reply(M.bls_reply(tag, M.error_response(code, text), True))
+
+    def _bls_done(self, tag: int, future: asyncio.Future) -> None:
+        self.calls.pop(tag, None)
+        if future.cancelled():
+            self._bls_error(tag, "CANCELLED", "the BLS request was cancelled")
+            return
+        self._send_bls_response(tag, future.result(), True)
+
+    async def _bls_stream(self, tag: int, core: Core, request: InferRequest) -> None:
+        try:
+            async for response in core.stream(request):
+                self._send_bls_response(tag, response, response.final)
+        except InferError as exc:
+            self._bls_error(tag, exc.code.name, exc.message)
+        except asyncio.CancelledError:
+            self._bls_error(tag, "CANCELLED", "the BLS request was cancelled")
+        finally:
+            self.calls.pop(tag, None)
+
+    def _send_bls_response(self, tag: int, response: InferResponse, final: bool) -> None:
+        ch = self.ch
+        if ch is None or ch.closed:
+            return
+        try:
+            with ch.lock:
+                if response.error is not None:
+                    wire = M.error_response(response.error.code.name, response.error.message)
+                else:
+                    wire = M.response(None, [ch.pack(n, a) for n, a in response.outputs.items()],
+                                      response.parameters)
+                ch.send(M.bls_reply(tag, wire, final))
+        except InferError as exc:
+            self._bls_error(tag, exc.code.name, exc.message)
+        except EOFError:
+            pass
+
+
+@reads(M.Error)
+def _error(code: str, message: str) -> InferError:
+    return InferError(message, Code[code])
