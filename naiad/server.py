@@ -15,6 +15,7 @@ from naiad.core.settings import LogSettings
 from naiad.core.stats import ModelStats
 from naiad.core.tracing import Tracer
 from naiad.frontends.grpc.options import GrpcOptions
+from naiad.frontends.http.limits import Listener
 from naiad.frontends.http.options import HttpOptions
 from naiad.frontends.http.protocol import HttpProtocol
 from naiad.frontends.http.routes import Router
@@ -102,8 +103,8 @@ class Server:
             self.service.log_settings = options.log_settings
         self.service.tracer = Tracer(options.trace)
         self._servers: list[asyncio.base_events.Server] = []
-        self._grpc = None  # grpc.aio.Server
-        self._metrics = None  # MetricsService
+        self._grpc: Any = None  # grpc.aio.Server, or the lean engine's server
+        self._metrics: Any = None  # MetricsService (imported only when metrics are served)
         self._stop = asyncio.Event()
 
     @staticmethod
@@ -183,9 +184,10 @@ class Server:
     async def _listen(self, name: str, router: object, address: str, port: int, reuse_port: bool = False,
                       protocol: type[HttpProtocol] = HttpProtocol) -> None:
         max_body = self.options.http_max_input_size
+        listener = Listener(self.options.http.limits)  # this port's own connection count
         loop = asyncio.get_running_loop()
         try:
-            server = await loop.create_server(lambda: protocol(router, max_body),  # type: ignore[arg-type]
+            server = await loop.create_server(lambda: protocol(router, max_body, listener),  # type: ignore[arg-type]
                                               address, port, reuse_address=True, reuse_port=reuse_port or None,
                                               backlog=2048)
         except OSError as exc:

@@ -26,5 +26,5 @@ class NamedHeadersProtocol(HttpProtocol):
         self.headers = NamedHeaders()
 
     def on_header(self, name: bytes, value: bytes) -> None:
-        self.headers[name.lower()] = value
+        super().on_header(name, value)  # stores and counts it (header limits)
         self.headers.raw.append((name, value))  # type: ignore[attr-defined]

@@ -1,5 +1,6 @@
 """The HTTP front end's access settings and their ``tritonserver`` flag names: restricted APIs and header
-forwarding. No server import here: the CLI reads these before starting anything."""
+forwarding; and naiad's own connection limits (``limits.py``: Triton has none). No server import here: the CLI
+reads these before starting anything."""
 
 from __future__ import annotations
 
@@ -9,12 +10,15 @@ from dataclasses import dataclass, field
 
 from naiad.core.forwarding import HeaderForward
 from naiad.core.restricted import Restrictions, help_text
+from naiad.frontends.http.limits import FLAGS, HttpLimits
 
 
 @dataclass
 class HttpOptions:
     restricted: Restrictions = field(default_factory=lambda: Restrictions("api"))
     header_forward: HeaderForward | None = None  # None: no header reaches the model
+    limits: HttpLimits = field(default_factory=HttpLimits)  # per connection and per port (HTTP and SageMaker)
+    dashboard: bool = True  # --allow-dashboard: GET /dashboard (naiad/frontends/dashboard)
 
 
 def add_arguments(parser: argparse.ArgumentParser, flag: Callable[..., None]) -> None:
@@ -23,6 +27,35 @@ def add_arguments(parser: argparse.ArgumentParser, flag: Callable[..., None]) ->
     parser.add_argument("--http-header-forward-pattern", default="", metavar="REGEX",
                         help="infer requests' headers whose name this regular expression matches (anywhere in the "
                              "name, ignoring case) reach the model as string parameters; empty: none")
+    flag(parser, "--allow-dashboard", True, "serve the live dashboard at /dashboard (the SageMaker port's when HTTP is "
+                                            "off); its feed needs the model-repository and statistics headers when "
+                                            "--http-restricted-api restricts those")
+    d = HttpLimits()
+    limit = parser.add_argument
+    limit("--http-max-pipelined-requests", type=int, default=d.max_pipelined, metavar="N",
+          help="requests one connection may have in flight (HTTP/1.1 pipelining); past it naiad stops reading "
+               "that connection until answers go out")
+    limit("--http-write-buffer-size", type=int, default=d.write_buffer, metavar="BYTES",
+          help="answers queued for a client that reads slowly before naiad stops reading its requests")
+    limit("--http-keepalive-timeout", type=float, default=d.keepalive_timeout, metavar="SECONDS",
+          help="an idle keep-alive connection is closed after this long; 0: never (as Triton)")
+    limit("--http-header-timeout", type=float, default=d.header_timeout, metavar="SECONDS",
+          help="a request whose headers take longer than this to arrive is dropped and the connection closed; 0: "
+               "never")
+    limit("--http-body-timeout", type=float, default=d.body_timeout, metavar="SECONDS",
+          help="a request body that stalls this long between two reads is answered 408 and the connection "
+               "closed; 0: never")
+    limit("--http-send-timeout", type=float, default=d.send_timeout, metavar="SECONDS",
+          help="a client that reads none of its answers for this long is disconnected; 0: never")
+    limit("--http-max-url-size", type=int, default=d.max_url_size, metavar="BYTES",
+          help="longest request URL; longer ones are answered 414")
+    limit("--http-max-header-size", type=int, default=d.max_header_size, metavar="BYTES",
+          help="largest total size of a request's header names and values; larger heads are answered 431")
+    limit("--http-max-header-count", type=int, default=d.max_header_count, metavar="N",
+          help="most header fields in one request; more are answered 431")
+    limit("--http-max-connections", type=int, default=d.max_connections, metavar="N",
+          help="connections served at once per port (HTTP, and SageMaker's); one more is answered 503 and "
+               "closed; 0: no limit")
 
 
 def from_args(args: argparse.Namespace) -> HttpOptions:
@@ -30,4 +63,6 @@ def from_args(args: argparse.Namespace) -> HttpOptions:
     return HttpOptions(
         restricted=Restrictions.parse(args.http_restricted_api, "http-restricted-api", "api"),
         header_forward=HeaderForward(args.http_header_forward_pattern) if args.http_header_forward_pattern else None,
+        limits=HttpLimits(**{name: getattr(args, "http_" + flag.replace("-", "_")) for name, flag in FLAGS.items()}),
+        dashboard=args.allow_dashboard,
     )
