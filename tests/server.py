@@ -45,7 +45,11 @@ class RunningServer:
         self._log = open(self.log_path, "wb")
         self.proc = subprocess.Popen(args, stdout=self._log, stderr=subprocess.STDOUT, cwd=ROOT,
                                      env={**os.environ, "PYTHONPATH": str(ROOT), **(env or {})})
-        self._wait(wait_ready, wait_port)
+        try:
+            self._wait(wait_ready, wait_port)
+        except RuntimeError:
+            self.stop(signal.SIGKILL)  # a server that never came up must not outlive the test that started it
+            raise
 
     def _wait(self, ready: bool, any_answer: bool = False, timeout: float = 60.0) -> None:
         """Until health says live (or ready); with ``any_answer``, until the HTTP port answers at all."""

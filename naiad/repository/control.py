@@ -13,6 +13,7 @@ import asyncio
 import base64
 import binascii
 import logging
+import re
 import shutil
 import tempfile
 from pathlib import Path, PurePosixPath
@@ -62,7 +63,9 @@ def decode_files(parameters: dict[str, Any], base64_encoded: bool) -> dict[str, 
 def _write_files(name: str, files: dict[str, bytes]) -> Path:
     """The files of a load request, as a model folder of their own (Triton loads such a model from a
     temporary folder too)."""
-    root = Path(tempfile.mkdtemp(prefix=f"naiad-{name}-"))
+    # The name only labels the folder: one no file system takes (too long, a NUL byte) must not fail the load.
+    label = re.sub(r"[^A-Za-z0-9_.-]", "_", name)[:64]
+    root = Path(tempfile.mkdtemp(prefix=f"naiad-{label}-"))
     for relative, content in files.items():
         path = PurePosixPath(relative)
         if path.is_absolute() or ".." in path.parts or not path.parts:
@@ -72,9 +75,9 @@ def _write_files(name: str, files: dict[str, bytes]) -> Path:
         try:
             target.parent.mkdir(parents=True, exist_ok=True)
             target.write_bytes(content)
-        except OSError as exc:  # e.g. a name longer than the file system allows: the request fails, not the server
+        except (OSError, ValueError) as exc:  # a name too long, or with a NUL byte: the request fails, not the server
             shutil.rmtree(root, ignore_errors=True)
-            log.error("failed to write '%s' for model '%s': %s", relative, name, exc.strerror or exc)
+            log.error("failed to write '%s' for model '%s': %s", relative, name, getattr(exc, "strerror", None) or exc)
             raise _poll_failed(name) from None
     return root
 

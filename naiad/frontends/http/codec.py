@@ -105,7 +105,7 @@ def decode_request(
         for item in outputs:
             out_name = _member(item, "name", str, "string")
             requested.append(out_name)
-            out_params = item.get("parameters") or {}
+            out_params = _object(item.get("parameters"))
             shm = "shared_memory_region" in out_params
             if shm:
                 _check_shm_output(out_params)
@@ -172,6 +172,11 @@ def _member(doc: Any, key: str, kind: type, kind_name: str) -> Any:
     return value
 
 
+def _object(value: Any) -> dict[str, Any]:
+    """A tensor's ``parameters``: Triton looks members up only in an object, so anything else has none."""
+    return value if isinstance(value, dict) else {}
+
+
 def _boolean(value: Any, key: str) -> bool:
     if type(value) is not bool:
         raise internal(f"Unable to parse '{key}': attempt to access JSON non-boolean as boolean")
@@ -222,7 +227,7 @@ def _parse_input(item: Any, tail: bytes | memoryview, offset: int, model_name: s
     dtype = WIRE_TO_NUMPY.get(datatype)
     if dtype is None:
         raise invalid(f"invalid datatype for input {name}")
-    params = item.get("parameters")
+    params = _object(item.get("parameters"))
     sources = []
     if "data" in item:
         sources.append("'data'")

@@ -28,6 +28,11 @@ _MODELS = re.compile(r"/models(?:/)?([^/]+)?(/invoke)?")  # Triton's own pattern
 TARGET_MODEL = b"x-amzn-sagemaker-target-model"
 
 
+def target_model(headers: dict[bytes, bytes]) -> str:
+    """The target-model header as text; bytes that aren't UTF-8 name no model (they were a 500 before)."""
+    return headers.get(TARGET_MODEL, b"").decode("utf-8", "replace")
+
+
 def bare(status: int) -> Reply:
     """A status with no body and no content type."""
     return Reply(status, b"", b"")
@@ -178,7 +183,7 @@ class SageMakerRouter:
                     if not isinstance(doc["url"], str):
                         return bare_json(400, "attempt to access JSON non-string as string")
                     url = doc["url"]
-        target = headers.get(TARGET_MODEL, b"").decode() or key
+        target = target_model(headers) or key
         log.info("Loading SageMaker TargetModel: %s", target)
         try:
             await self.residency.load(key, url, target)
@@ -194,7 +199,7 @@ class SageMakerRouter:
     async def _unload(self, key: str, headers: dict[bytes, bytes]) -> Reply:
         if self.residency.get(key) is None:
             return bare(404)
-        target = headers.get(TARGET_MODEL, b"").decode() or key
+        target = target_model(headers) or key
         log.info("Unloading SageMaker TargetModel: %s", target)
         try:
             await self.residency.unload(key)
@@ -205,7 +210,7 @@ class SageMakerRouter:
     def _invoke(self, key: str, headers: dict[bytes, bytes], body: bytes | bytearray) -> Reply | Deferred:
         if self.residency.get(key) is None:
             return bare(404)
-        target = headers.get(TARGET_MODEL, b"").decode() or key
+        target = target_model(headers) or key
         log.info("Invoking SageMaker TargetModel: %s", target)
         return self.infer(target, headers, body, sagemaker_error)
 

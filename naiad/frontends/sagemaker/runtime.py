@@ -22,7 +22,7 @@ import orjson
 
 from naiad.core.errors import Code, InferError
 from naiad.frontends.http.routes import Deferred, Reply, Streamed, error_reply
-from naiad.frontends.sagemaker.routes import TARGET_MODEL, sagemaker_error
+from naiad.frontends.sagemaker.routes import sagemaker_error, target_model
 from naiad.repository.residency import ArchiveError
 
 if TYPE_CHECKING:
@@ -61,7 +61,7 @@ class RuntimeDoor:
         if method != b"POST":
             return service_error(405, "UnknownOperationException", f"{method.decode()} {path} is not an operation")
         endpoint, operation = match.groups()
-        target = headers.get(TARGET_MODEL, b"").decode()
+        target = target_model(headers)
         stream = operation == "invocations-response-stream"
         if self.options.multi_model:
             if not target:

@@ -1,0 +1,47 @@
+"""Repeated load / infer / unload of a Python and an ONNX model in explicit mode: once warmed up, the process tree's
+memory does not grow, and each unload leaves no worker process, file descriptor or shared-memory mapping behind.
+benchmarks/reliability/load_cycles.py runs 1,000 cycles."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+from tests.reliability import cycles, procs
+from tests.server import RunningServer
+
+WARMUP = 3
+CYCLES = 25
+
+
+def _settled(pid: int, baseline: procs.Snapshot, timeout: float = 10.0) -> procs.Snapshot:
+    """The tree once the unloaded models' workers have exited (they stop asynchronously)."""
+    deadline = time.monotonic() + timeout
+    while True:
+        now = procs.snapshot(pid)
+        if len(now.pids) <= len(baseline.pids) or time.monotonic() > deadline:
+            return now
+        time.sleep(0.05)
+
+
+def test_load_unload_cycles_leak_nothing(tmp_path: Path) -> None:
+    cycles.write_models(tmp_path / "repo")
+    server = RunningServer([tmp_path / "repo"], "--model-control-mode=explicit")
+    try:
+        pid = server.proc.pid
+        empty = procs.snapshot(pid)
+        for _ in range(WARMUP):
+            cycles.cycle(server.http_port)
+        warm = _settled(pid, empty)
+        for _ in range(CYCLES):
+            cycles.cycle(server.http_port)
+        end = _settled(pid, empty)
+        detail = f"empty: {empty.describe()}\nwarm: {warm.describe()}\nend: {end.describe()}"
+        assert end.pids == [pid], detail  # no worker outlives its model
+        assert procs.zombies(pid) == [], detail
+        assert end.shm_maps <= empty.shm_maps and end.shm_files == empty.shm_files, detail
+        assert end.fds <= warm.fds + 2, detail
+        assert end.threads <= warm.threads + 2, detail
+        assert end.rss < warm.rss * 1.05, detail
+    finally:
+        server.stop()

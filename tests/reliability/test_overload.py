@@ -1,0 +1,113 @@
+"""10x overload of a slow model: 40 clients against a model that takes 4 requests per 0.2 s execution.
+
+With ``max_queue_size`` the excess is refused at once with Triton's UNAVAILABLE "Exceeds maximum queue size"
+(HTTP 503 / gRPC UNAVAILABLE) and what is admitted waits no longer than the queue allows; without it, every
+request is answered, later. Either way nothing hangs, memory stays put and the server stays healthy.
+benchmarks/reliability/overload.py runs it longer and reports latencies."""
+
+from __future__ import annotations
+
+import collections
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import grpc
+import numpy as np
+import pytest
+from tritonclient.grpc import service_pb2 as pb
+
+from tests.reliability import http_oracle, procs
+from tests.reliability.fuzz_grpc import SERVICE
+from tests.reliability.load import Load, fp32_body, percentile
+from tests.reliability.repo import write_echo_pid, write_slow
+from tests.server import RunningServer
+
+DELAY = 0.2
+QUEUE = 4
+CLIENTS = 40
+FULL = "Exceeds maximum queue size"
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RunningServer]:
+    repo = Path(tmp_path_factory.mktemp("overload"))
+    write_slow(repo, "limited", DELAY, max_queue_size=QUEUE)
+    write_slow(repo, "unlimited", DELAY)
+    write_echo_pid(repo, "echo")  # for the health check
+    running = RunningServer([repo])
+    yield running
+    running.stop()
+
+
+def _overload(server: RunningServer, model: str, seconds: float = 2.0) -> list:
+    load = Load(server.http_port, [model], CLIENTS, timeout=15,
+                body=lambda n: fp32_body([float(n)], [1, 1])).start()
+    time.sleep(seconds)
+    return load.stop()
+
+
+def test_bounded_queue_refuses_the_excess_cleanly(server: RunningServer) -> None:
+    before = procs.snapshot(server.proc.pid)
+    results = _overload(server, "limited")
+    statuses = collections.Counter(r.status for r in results)
+    assert set(statuses) == {200, 503}, statuses
+    refused = [r for r in results if r.status == 503]
+    assert all(r.error.endswith(FULL) for r in refused), {r.error for r in refused}
+    served = [r.seconds for r in results if r.status == 200]
+    # Admitted requests wait behind at most a full queue and the batch executing: (4 + 4) / 4 executions.
+    assert max(served) < (QUEUE / 4 + 2) * DELAY + 2.0, percentile(served, 0.99)
+    after = procs.snapshot(server.proc.pid)
+    assert after.rss - before.rss < 64 * 2**20, (before.describe(), after.describe())
+    assert http_oracle.healthy("127.0.0.1", server.http_port) is None
+
+
+def test_bounded_queue_refuses_grpc_with_unavailable(server: RunningServer) -> None:
+    message = pb.ModelInferRequest(model_name="limited")
+    message.inputs.add(name="INPUT0", datatype="FP32", shape=[1, 1])
+    message.raw_input_contents.append(np.array([1.0], dtype=np.float32).tobytes())
+    with grpc.insecure_channel(server.grpc_url) as channel:
+        call = channel.unary_unary(SERVICE + "ModelInfer", request_serializer=pb.ModelInferRequest.SerializeToString,
+                                   response_deserializer=pb.ModelInferResponse.FromString)
+        futures = [call.future(message, timeout=15) for _ in range(CLIENTS)]
+        outcomes = []
+        for future in futures:
+            try:
+                future.result()
+                outcomes.append((grpc.StatusCode.OK, ""))
+            except grpc.RpcError as exc:
+                outcomes.append((exc.code(), exc.details()))
+    codes = collections.Counter(code for code, _ in outcomes)
+    assert set(codes) == {grpc.StatusCode.OK, grpc.StatusCode.UNAVAILABLE}, codes
+    assert all(details.endswith(FULL) for code, details in outcomes if code == grpc.StatusCode.UNAVAILABLE)
+
+
+def test_unbounded_queue_answers_everything(server: RunningServer) -> None:
+    results = _overload(server, "unlimited")
+    assert collections.Counter(r.status for r in results) == {200: len(results)}
+    # Closed-loop clients: the queue never holds more than one request per client.
+    assert max(r.seconds for r in results) < (CLIENTS / 4 + 1) * DELAY + 2.0
+    assert http_oracle.healthy("127.0.0.1", server.http_port) is None
+
+
+def test_requests_abandoned_at_their_deadline_are_not_run(server: RunningServer) -> None:
+    # 100 gRPC calls that give up after 50 ms: run anyway, they would keep the model busy for 5 s.
+    message = pb.ModelInferRequest(model_name="unlimited")
+    message.inputs.add(name="INPUT0", datatype="FP32", shape=[1, 1])
+    message.raw_input_contents.append(np.array([2.0], dtype=np.float32).tobytes())
+    with grpc.insecure_channel(server.grpc_url) as channel:
+        call = channel.unary_unary(SERVICE + "ModelInfer", request_serializer=pb.ModelInferRequest.SerializeToString,
+                                   response_deserializer=pb.ModelInferResponse.FromString)
+        futures = [call.future(message, timeout=0.05) for _ in range(100)]
+        codes = collections.Counter()
+        for future in futures:
+            try:
+                future.result()
+                codes["OK"] += 1
+            except grpc.RpcError as exc:
+                codes[exc.code().name] += 1
+        assert codes["DEADLINE_EXCEEDED"] >= 90, codes
+        started = time.monotonic()
+        reply = call(message, timeout=30)
+    assert np.frombuffer(reply.raw_output_contents[0], dtype=np.float32).tolist() == [2.0]
+    assert time.monotonic() - started < 2.0
