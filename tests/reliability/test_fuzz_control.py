@@ -49,7 +49,6 @@ def test_files_for_a_name_no_folder_can_take_fail_the_load_only(server: RunningS
     assert "encode" not in reply.decode()
 
 
-@pytest.mark.xfail(strict=True, reason="a Python model's auto_complete_config import runs inside the server (reported)")
 @pytest.mark.parametrize("source", fuzz_control.EXITING_MODEL_FILES)
 def test_a_model_that_exits_while_imported_fails_only_its_load(tmp_path: Path, source: str) -> None:
     write_model(tmp_path, TARGET, IDENTITY_FP32.format(name=TARGET), IDENTITY_PY)

@@ -1,10 +1,16 @@
-"""A Python model's ``auto_complete_config``, run in the server or, for a model with an execution environment,
-in that environment's interpreter (as Triton's stub runs it): ``python -m naiad.backends.python.autocomplete``
-reads ``{"model_file", "name", "config"}`` as JSON on stdin and prints ``{"config": ...}`` or ``{"error": ...}``."""
+"""A Python model's ``auto_complete_config``, run in a process of its own as Triton's stub runs it, never in the
+server: importing model.py runs the model's code, which may exit, crash or pull a framework into the server's
+memory. ``python -m naiad.backends.python.autocomplete`` reads ``{"model_file", "name", "config"}`` as JSON on
+stdin and prints ``{"config": ...}`` or ``{"error": ...}``.
+
+Most models have no hook: their source says so (``defines_hook``) and nothing is run for them at all.
+"""
 
 from __future__ import annotations
 
+import ast
 import json
+import subprocess
 import sys
 from pathlib import Path
 from types import ModuleType
@@ -12,7 +18,50 @@ from typing import Any
 
 from naiad.backends.python import pb_utils
 from naiad.backends.python.runner import import_model
-from naiad.core.errors import InferError, invalid
+from naiad.core.errors import Code, InferError, internal, invalid
+
+
+def defines_hook(model_file: Path) -> bool:
+    """Whether the model may define ``auto_complete_config``, read from its source without running it. Only a
+    top-level ``class TritonPythonModel`` with no base classes and no such member surely has none; anything the
+    source can't settle (a base class, a class made elsewhere, a syntax error) is asked in a process."""
+    try:
+        tree = ast.parse(model_file.read_bytes(), str(model_file))
+    except (OSError, SyntaxError, ValueError):
+        return True
+    classes = [node for node in tree.body if isinstance(node, ast.ClassDef) and node.name == "TritonPythonModel"]
+    if len(classes) != 1 or classes[0].bases or classes[0].keywords or classes[0].decorator_list:
+        return True
+    for item in classes[0].body:
+        if isinstance(item, (ast.FunctionDef, ast.AsyncFunctionDef)) and item.name == "auto_complete_config":
+            return True
+        if isinstance(item, (ast.Assign, ast.AnnAssign)) and "auto_complete_config" in ast.dump(item):
+            return True
+    return False
+
+
+def run_isolated(python: str, env: dict[str, str], model_file: Path, name: str,
+                 config: dict[str, Any]) -> dict[str, Any] | None:
+    """The hook's config, run by ``python`` in a process of its own; a model that exits or crashes fails only
+    its own load."""
+    job = json.dumps({"model_file": str(model_file), "name": name, "config": config})
+    try:
+        done = subprocess.run([python, "-m", "naiad.backends.python.autocomplete"], input=job, check=False, env=env,
+                              capture_output=True, text=True, cwd=str(model_file.parent), timeout=300)
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        raise internal(f"auto_complete_config of model '{name}' could not run: {exc}") from None
+    lines = done.stdout.strip().splitlines()
+    try:
+        answer = json.loads(lines[-1]) if done.returncode == 0 and lines else None
+    except ValueError:
+        answer = None
+    if not isinstance(answer, dict):
+        errors = [line for line in done.stderr.strip().splitlines() if line.strip()]
+        raise internal(f"auto_complete_config of model '{name}' failed: "
+                       f"{errors[-1] if errors else f'its process ended with exit code {done.returncode}'}")
+    if "error" in answer:
+        raise InferError(answer["error"][1], Code[answer["error"][0]])
+    return answer["config"]
 
 
 def complete(module: ModuleType, config: dict[str, Any], name: str) -> dict[str, Any] | None:

@@ -17,15 +17,16 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
+import sys
 from pathlib import Path
 from typing import Any
 
 from naiad.backends.base import Backend, Instance, LoadedVersion, VersionContext
 from naiad.backends.python import metrics
-from naiad.backends.python.autocomplete import complete
+from naiad.backends.python.autocomplete import defines_hook, run_isolated
 from naiad.backends.python.environment import auto_complete_in_environment, resolve_environment
 from naiad.backends.python.inprocess import InProcessInstance
-from naiad.backends.python.process import WorkerProcess, WorkerSpec
+from naiad.backends.python.process import NAIAD_ROOT, WorkerProcess, WorkerSpec
 from naiad.backends.python.runner import import_model
 from naiad.backends.python.shm import DEFAULT_GROWTH, DEFAULT_SIZE
 from naiad.config import ModelConfig, pb
@@ -73,8 +74,10 @@ class PythonBackend(Backend):
             # The model's packages live in its environment: its hook runs there, as in Triton's stub.
             result = auto_complete_in_environment(config.parameters["EXECUTION_ENV_PATH"].string_value, model_dir,
                                                   model_file, config.name, config_to_dict(config))
+        elif defines_hook(model_file):
+            result = run_isolated(sys.executable, _own_env(), model_file, config.name, config_to_dict(config))
         else:
-            result = complete(import_model(model_file, config.name), config_to_dict(config), config.name)
+            return config
         if result is None:
             return config
         try:
@@ -90,6 +93,12 @@ class PythonBackend(Backend):
             log.info("model '%s' has an EXECUTION_ENV_PATH: it runs in worker processes despite in-process=true",
                      ctx.name)
         return WorkerVersion(ctx)
+
+
+def _own_env() -> dict[str, str]:
+    """The server's environment for a process on its own interpreter, naiad importable as workers find it."""
+    inherited = [os.environ["PYTHONPATH"]] if os.environ.get("PYTHONPATH") else []
+    return {**os.environ, "PYTHONPATH": os.pathsep.join([NAIAD_ROOT, *inherited])}
 
 
 def _has_environment(config: ModelConfig) -> bool:

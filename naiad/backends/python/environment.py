@@ -209,24 +209,7 @@ def _check(environment: ExecutionEnvironment, source: Path) -> None:
 def auto_complete_in_environment(value: str, model_dir: Path, model_file: Path, name: str,
                                  config: dict[str, Any]) -> dict[str, Any] | None:
     """Run the model's ``auto_complete_config`` on the environment's interpreter (see autocomplete.py)."""
+    from naiad.backends.python.autocomplete import run_isolated  # it imports pb_utils: only when a hook runs
+
     environment = resolve(value, model_dir, name)
-    job = json.dumps({"model_file": str(model_file), "name": name, "config": config})
-    try:
-        done = subprocess.run([environment.python, "-m", "naiad.backends.python.autocomplete"], input=job,
-                              check=False, env=_process_env(environment), capture_output=True, text=True,
-                              cwd=str(model_file.parent), timeout=300)
-    except (OSError, subprocess.TimeoutExpired) as exc:
-        raise internal(f"auto_complete_config of model '{name}' could not run in its Python execution "
-                       f"environment: {exc}") from None
-    lines = done.stdout.strip().splitlines()
-    try:
-        answer = json.loads(lines[-1]) if done.returncode == 0 and lines else None
-    except ValueError:
-        answer = None
-    if not isinstance(answer, dict):
-        errors = [line for line in done.stderr.strip().splitlines() if line.strip()]
-        raise internal(f"auto_complete_config of model '{name}' failed in its Python execution environment: "
-                       f"{errors[-1] if errors else f'exit code {done.returncode}'}")
-    if "error" in answer:
-        raise InferError(answer["error"][1], Code[answer["error"][0]])
-    return answer["config"]
+    return run_isolated(environment.python, _process_env(environment), model_file, name, config)
