@@ -174,9 +174,8 @@ class HttpFuzzer:
 
     def _raw(self, data: bytes, wait: bool) -> tuple[int | None, bytes]:
         """Send, then read until the server closes, stays quiet for a quarter second after answering, or sends
-        nothing for 3 s (it may rightly wait for bytes a malformed request promised). No half-close, so that a
-        request missing its end is judged by what the server does while it waits (half-closing is tested in
-        tests/frontends/http/test_protocol_live.py)."""
+        nothing for 3 s (it may rightly wait for bytes a malformed request promised). No half-close: naiad drops
+        the answers to a client that half-closes (reported)."""
         received = b""
         started = time.monotonic()
         deadline = started + self.timeout

@@ -119,7 +119,6 @@ class HttpProtocol(asyncio.Protocol):
         self.ending = False  # no more requests are read; the connection closes once the answers so far are out
         self.final: Reply | None = None  # what ending adds after those answers (None: nothing)
         self.final_due = False  # ending, and that last slot isn't appended yet
-        self.peer_done = False  # the client half-closed: nothing more to read, no lingering
         self.admitted = False
         self.phase = IDLE
         self.now = 0.0  # loop time at the start of the current read
@@ -170,15 +169,6 @@ class HttpProtocol(asyncio.Protocol):
         self.slots.clear()
         self.parked.clear()
         self._wake_streams()
-
-    def eof_received(self) -> bool:
-        """The client half-closed: it still gets the answers to what it sent, then the connection closes (Triton
-        answers too). Nothing owed: the transport closes now."""
-        if self.ending or not (self.slots or self.parked):
-            return False
-        self.peer_done = True
-        self._end(None)
-        return True
 
     def pause_writing(self) -> None:
         """The transport's buffer passed the high-water mark: read no more requests until it drains."""
@@ -487,7 +477,7 @@ class HttpProtocol(asyncio.Protocol):
                 break
             slots.popleft()
             if not head.keep_alive:
-                if self.ending and not self.peer_done:
+                if self.ending:
                     self._linger()
                 else:
                     self.closing = True

@@ -497,19 +497,3 @@ def test_the_keepalive_timeout_counts_from_the_last_answer_after_a_parked_pipeli
     assert not transport.closed
     clock.advance(0.2)
     assert transport.events[-1] == "close" and len(transport.responses()) == 2
-
-
-def test_a_client_that_half_closes_still_gets_its_answers() -> None:
-    protocol, transport, router, _ = connect()
-    protocol.data_received(get("/later/0") + get("/later/1"))
-    assert protocol.eof_received() is True  # keep the transport open to write the answers
-    router.work[1].finish(b"1")
-    assert transport.out == b""
-    router.work[0].finish(b"0")
-    assert [r[2] for r in transport.responses()] == [b"0", b"1"]
-    assert transport.events[-1] == "close" and "eof" not in transport.events  # no lingering on a finished client
-
-
-def test_a_half_close_with_nothing_owed_closes_now() -> None:
-    protocol, transport, _, _ = connect()
-    assert protocol.eof_received() is False
