@@ -174,8 +174,10 @@ class HttpFuzzer:
 
     def _raw(self, data: bytes, wait: bool) -> tuple[int | None, bytes]:
         """Send, then read until the server closes, stays quiet for a quarter second after answering, or sends
-        nothing for 3 s (it may rightly wait for bytes a malformed request promised). No half-close: naiad drops
-        the answers to a client that half-closes (reported)."""
+        nothing for 3 s (it may rightly wait for bytes a malformed request promised). No half-close: to naiad a
+        client's FIN means it went away, so its queued and running requests are cancelled (Triton would answer a
+        half-closed client; a full close looks the same on the wire, and cancelling is what protects the server
+        under load)."""
         received = b""
         started = time.monotonic()
         deadline = started + self.timeout

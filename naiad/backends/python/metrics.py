@@ -124,7 +124,7 @@ class CustomMetrics:
                 out: Any = HistogramMetricFamily(name, description, labels=label_names)
                 for labels, _, buckets, counts, total, _count in series:
                     cumulative, running = [], 0
-                    for bound, count in zip([*buckets, math.inf], counts):
+                    for bound, count in zip([*(buckets or []), math.inf], counts):
                         running += count
                         cumulative.append((_bound(bound), running))
                     out.add_metric([labels.get(k, "") for k in label_names], cumulative, total)

@@ -106,7 +106,7 @@ class Tensor:
         return list(self._array.shape)
 
     def triton_dtype(self) -> int:
-        return _TYPE_ORDER.index(numpy_to_wire(self._array.dtype)) + 1
+        return _TYPE_ORDER.index(numpy_to_wire(self._array.dtype) or "") + 1
 
     def is_cpu(self) -> bool:
         return True
@@ -192,11 +192,9 @@ class InferenceRequest:
         self._correlation_id = correlation_id
         self._flags = flags
         self._timeout = timeout
-        if isinstance(parameters, str):
-            parameters = json.loads(parameters)
-        self._parameters = parameters or {}
-        self._state = None
-        self._sender = None
+        self._parameters: dict[str, Any] = (json.loads(parameters) if isinstance(parameters, str) else parameters) or {}
+        self._state: _RequestState | None = None
+        self._sender: Any = None
 
     @classmethod
     def _from_core(cls, model_name: str, model_version: int, request: Any, requested: list[str]) -> "InferenceRequest":

@@ -17,6 +17,7 @@ import subprocess
 import sys
 import time
 from dataclasses import dataclass, field
+from functools import partial
 from pathlib import Path
 from typing import Any, NoReturn
 
@@ -200,7 +201,7 @@ class WorkerProcess:
     def execute(self, requests: list[InferRequest]) -> Any:
         """A future of the ``Execution`` (for callers outside a scheduler; schedulers use ``submit``)."""
         future = asyncio.get_running_loop().create_future()
-        self.submit(requests, lambda execution: future.done() or future.set_result(execution))
+        self.submit(requests, partial(_settle, future))
         return future
 
     def submit(self, requests: list[InferRequest], done: Done) -> None:
@@ -239,7 +240,7 @@ class WorkerProcess:
                              f"process '{self.name}' is not healthy and could not be restarted.")
             return Execution([self.router.error(r, error) for r in requests], failed=True)
         future = asyncio.get_running_loop().create_future()
-        self.submit(requests, lambda execution: future.done() or future.set_result(execution))
+        self.submit(requests, partial(_settle, future))
         return await future
 
     # --- stop --------------------------------------------------------------------------------------------------
@@ -341,3 +342,8 @@ class WorkerProcess:
                 self._restarted.set_result(ok)
 
         asyncio.ensure_future(run(), loop=loop)
+
+
+def _settle(future: asyncio.Future, execution: Execution) -> None:
+    if not future.done():
+        future.set_result(execution)

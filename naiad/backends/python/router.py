@@ -306,10 +306,12 @@ class Router:
     @reads(M.Call)
     def _call(self, kind: int, tag: int, what: str, args: tuple) -> None:
         try:
+            value: Any = None
             if what == "family":
-                value = metrics.REGISTRY.family(*args, owner=f"{self.model_name}/{self.version}")
+                name, description, family_kind = args
+                metrics.REGISTRY.family(name, description, family_kind, owner=f"{self.model_name}/{self.version}")
             elif what == "metric":
-                value = metrics.REGISTRY.metric(*args)
+                metrics.REGISTRY.metric(*args)
             elif what == "value":
                 value = metrics.REGISTRY.value(args[0])
             elif what == "control":

@@ -285,7 +285,7 @@ class Worker:
 
     def _async_done(self, task: asyncio.Future, tag: int, states: list, input_ns: int, t1: int) -> None:
         if task.cancelled():
-            self._done(tag, states, None, asyncio.CancelledError("execute was cancelled"), input_ns, t1)
+            self._done(tag, states, [], asyncio.CancelledError("execute was cancelled"), input_ns, t1)
             return
         exc = task.exception()
         self._done(tag, states, [] if exc else [task.result()], exc, input_ns, t1)

@@ -71,6 +71,7 @@ def decode_request(message: pb.ModelInferRequest, model: ModelVersion,
     raw = message.raw_input_contents
     index = 0
     inputs = request.inputs
+    buffer: bytes | memoryview
     for io in message.inputs:
         name = io.name
         shm = _shm_parameters(io) if io.parameters else None
@@ -278,7 +279,7 @@ def encode_response(response: InferResponse, options: OutputOptions, labels: dic
             tensors.append(_OutputTensor(name=name, datatype="BYTES", shape=array.shape))
             raw.append(serialize_bytes(array))
         else:
-            datatype = _WIRE_BY_DTYPE.get(array.dtype)
+            datatype: str | None = _WIRE_BY_DTYPE.get(array.dtype)
             if datatype is None:  # a non-native byte order: send it as the wire's little-endian
                 array = array.astype(array.dtype.newbyteorder("<"))
                 datatype = _WIRE_BY_DTYPE[array.dtype.newbyteorder("=")]

@@ -51,6 +51,8 @@ def decode_request(
     ``shared_memory``: the registered regions tensors may name."""
     request = InferRequest(model_name, model_version)
     options = OutputOptions()
+    header: bytes | bytearray | memoryview
+    tail: bytes | memoryview
     if header_length is None:
         header, tail = body, b""
     else:
@@ -302,7 +304,7 @@ def _flatten(data: list) -> list:
 
 # JSON value types each kind of tensor takes: floats take numbers, integers take integers (wrapping
 # like a C cast, as Triton does), booleans take booleans. bool is checked apart because it is an int.
-_ACCEPTED_TYPES = {"f": {int, float}, "i": {int}, "u": {int}, "b": {bool}}
+_ACCEPTED_TYPES: dict[str, set[type]] = {"f": {int, float}, "i": {int}, "u": {int}, "b": {bool}}
 _KIND_ERRORS = {
     "f": "Unable to parse 'data': attempt to access JSON non-number as double",
     "i": "Unable to parse 'data': attempt to access JSON non-signed-integer as signed-integer",
@@ -413,7 +415,7 @@ def _contiguous_array(array: np.ndarray) -> np.ndarray:
 
 
 def _contiguous(array: np.ndarray) -> memoryview:
-    return memoryview(np.ascontiguousarray(array)).cast("B")
+    return memoryview(np.ascontiguousarray(array)).cast("B")  # type: ignore[arg-type]  # numpy arrays are buffers
 
 
 def _to_str(value: Any) -> str:

@@ -16,6 +16,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
+from functools import partial
 from collections import deque
 from http import HTTPStatus
 from typing import cast
@@ -291,7 +292,7 @@ class HttpProtocol(asyncio.Protocol):
             result = Reply(500, orjson.dumps({"error": "internal server error"}))
         if isinstance(result, Deferred):
             slot.pending = result.future
-            result.future.add_done_callback(lambda f, s=slot, d=result: self._deferred_done(s, d))
+            result.future.add_done_callback(partial(self._deferred_done, slot, result))
         elif isinstance(result, Streamed):
             slot.pending = asyncio.ensure_future(self._stream(slot, result))
         else:
@@ -441,7 +442,7 @@ class HttpProtocol(asyncio.Protocol):
         slot.finished = finished
         self._flush()
 
-    def _deferred_done(self, slot: _Slot, deferred: Deferred) -> None:
+    def _deferred_done(self, slot: _Slot, deferred: Deferred, _: object = None) -> None:
         if deferred.future.cancelled():
             return
         try:

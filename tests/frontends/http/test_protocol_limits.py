@@ -497,3 +497,11 @@ def test_the_keepalive_timeout_counts_from_the_last_answer_after_a_parked_pipeli
     assert not transport.closed
     clock.advance(0.2)
     assert transport.events[-1] == "close" and len(transport.responses()) == 2
+
+
+def test_a_client_fin_cancels_its_pending_requests() -> None:
+    protocol, transport, router, _ = connect()
+    protocol.data_received(get("/later/0") + get("/later/1"))
+    assert not protocol.eof_received()  # the transport closes: a half-close can't be told from going away
+    protocol.connection_lost(None)
+    assert all(work.cancelled() for work in router.work)
