@@ -279,11 +279,11 @@ def encode_response(response: InferResponse, options: OutputOptions, labels: dic
             tensors.append(_OutputTensor(name=name, datatype="BYTES", shape=array.shape))
             raw.append(serialize_bytes(array))
         else:
-            datatype: str | None = _WIRE_BY_DTYPE.get(array.dtype)
-            if datatype is None:  # a non-native byte order: send it as the wire's little-endian
+            native = _WIRE_BY_DTYPE.get(array.dtype)
+            if native is None:  # a non-native byte order: send it as the wire's little-endian
                 array = array.astype(array.dtype.newbyteorder("<"))
-                datatype = _WIRE_BY_DTYPE[array.dtype.newbyteorder("=")]
-            tensors.append(_OutputTensor(name=name, datatype=datatype, shape=array.shape))
+                native = _WIRE_BY_DTYPE[array.dtype.newbyteorder("=")]
+            tensors.append(_OutputTensor(name=name, datatype=native, shape=array.shape))
             raw.append(array.tobytes())
     message = pb.ModelInferResponse(model_name=response.model_name, model_version=response.model_version,
                                     id=response.id, outputs=tensors, raw_output_contents=raw)
