@@ -35,6 +35,7 @@ class InferRequest:
         "cache_key",
         "cache_ns",
         "trace",
+        "cancelled",
     )
 
     def __init__(
@@ -69,6 +70,8 @@ class InferRequest:
         self.cache_key: bytes | None = None
         self.cache_ns = 0
         self.trace: Trace | None = None  # set when the request is sampled for tracing (naiad.core.tracing)
+        # The client went away (its front end cancelled the request's future): a scheduler drops it unrun.
+        self.cancelled = False
 
 
 def log_prefix(request: InferRequest) -> str:

@@ -107,8 +107,14 @@ class ModelVersion:
         except BaseException:
             self.in_flight -= 1
             raise
-        future.add_done_callback(lambda f: self.loaded.cancel(request) if f.cancelled() else None)
+        future.add_done_callback(lambda f: self._cancel(request) if f.cancelled() else None)
         return future
+
+    def _cancel(self, request: InferRequest) -> None:
+        """The client went away: a queued request is dropped by its scheduler, a running one sees
+        ``is_cancelled()``."""
+        request.cancelled = True
+        self.loaded.cancel(request)
 
     def _checked_responder(self, request: InferRequest, sink: Callable[[InferResponse], None]
                            ) -> Callable[[InferResponse], None]:

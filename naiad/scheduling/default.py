@@ -13,7 +13,7 @@ from functools import partial
 from naiad.backends.base import Execution, Instance
 from naiad.core.request import InferRequest
 from naiad.core.stats import ModelStats
-from naiad.scheduling.execution import Done, InstancePool, now_ns, record, run
+from naiad.scheduling.execution import Done, InstancePool, drop_cancelled, now_ns, record, run
 from naiad.scheduling.rate_limiter import RateLimiter
 
 
@@ -37,6 +37,9 @@ class DefaultScheduler:
 
     def _dispatch(self) -> None:
         while self._queue:
+            if self._queue[0][0].cancelled:
+                drop_cancelled(*self._queue.popleft())
+                continue
             instance = self._pool.take()
             if instance is None:
                 return

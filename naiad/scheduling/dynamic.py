@@ -25,7 +25,7 @@ from naiad.core.datatypes import WILDCARD
 from naiad.core.errors import unavailable
 from naiad.core.request import InferRequest, InferResponse
 from naiad.core.stats import ModelStats
-from naiad.scheduling.execution import Done, InstancePool, now_ns, record, run
+from naiad.scheduling.execution import Done, InstancePool, drop_cancelled, now_ns, record, run
 from naiad.scheduling.queue_policy import Entry, PriorityQueue
 from naiad.scheduling.rate_limiter import RateLimiter
 
@@ -206,6 +206,14 @@ class DynamicBatcher:
     # --- execution ----------------------------------------------------------------------------------------------
 
     def _dispatch(self, instance: Instance, entries: list[Entry]) -> None:
+        if any(e.request.cancelled for e in entries):  # clients gone while their requests waited
+            for entry in entries:
+                if entry.request.cancelled:
+                    drop_cancelled(entry.request, entry.done)
+            entries = [e for e in entries if not e.request.cancelled]
+            if not entries:
+                self._pool.give(instance)
+                return
         requests = [e.request for e in entries]
         dones = [e.done for e in entries]
         started = now_ns()

@@ -14,7 +14,7 @@ from collections import deque
 from typing import TYPE_CHECKING, Callable
 
 from naiad.backends.base import Execution, Instance
-from naiad.core.errors import internal
+from naiad.core.errors import Code, InferError, internal
 from naiad.core.request import InferRequest, InferResponse
 from naiad.core.stats import ModelStats
 
@@ -33,6 +33,13 @@ Finish = Callable[[Instance, list[InferRequest], Execution], None]
 def failed_execution(requests: list[InferRequest], message: str) -> Execution:
     error = internal(message)
     return Execution([InferResponse(r.model_name, "", r.id, error=error) for r in requests], failed=True)
+
+
+def drop_cancelled(request: InferRequest, done: Done) -> None:
+    """A request whose client went away while it waited: answered without running, and counted as a failure for
+    the CANCELED reason (Triton's label; nothing runs for a client that no longer listens)."""
+    error = InferError("Request was cancelled", Code.CANCELLED)
+    done(request, InferResponse(request.model_name, "", request.id, error=error), "CANCELED")
 
 
 def run(instance: Instance, requests: list[InferRequest], finish: Finish) -> None:

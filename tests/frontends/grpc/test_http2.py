@@ -125,3 +125,91 @@ def test_stopping_server_sends_goaway(engine: str) -> None:
         client.close()
     finally:
         server.stop()
+
+
+# -- limits and malformed frames (the core's unit tests cover each case; these check the wiring, live) ---------
+
+WINDOW_UPDATE = 8
+FRAME_SIZE_ERROR, REFUSED_STREAM, ENHANCE_YOUR_CALM = 0x6, 0x7, 0xB
+
+
+def _goaway_code(raw: RawClient) -> int:
+    """The error code of the GOAWAY the server sends before closing."""
+    _, payload = raw.until(GOAWAY)
+    return int.from_bytes(payload[4:8], "big")
+
+
+def _goaways_until_closed(raw: RawClient) -> list[int]:
+    codes = []
+    try:
+        while True:
+            kind, _, _, payload = raw.read()
+            if kind == GOAWAY:
+                codes.append(int.from_bytes(payload[4:8], "big"))
+    except ConnectionError:
+        return codes
+
+
+def test_three_byte_window_update_is_a_frame_size_error(raw: RawClient, grpc_server: RunningServer) -> None:
+    """Once an unhandled struct.error on lean; grpc-core closes the connection without a GOAWAY."""
+    raw.sock.sendall(frame(WINDOW_UPDATE, 0, 0, b"\0\0\1"))
+    codes = _goaways_until_closed(raw)  # and the server closes the connection
+    if _lean(grpc_server):
+        assert codes == [FRAME_SIZE_ERROR]
+
+
+def test_metadata_over_the_header_list_limit_is_resource_exhausted(raw: RawClient) -> None:
+    """grpc-core's answer to more than its 16 KiB hard metadata limit, on both engines."""
+    block = raw.encoder.encode([(":method", "POST"), (":scheme", "http"), (":authority", "localhost"),
+                                (":path", "/inference.GRPCInferenceService/ServerLive"),
+                                ("content-type", "application/grpc"), ("te", "trailers"), ("x-big", "a" * 17000)],
+                               huffman=False)
+    raw.until(SETTINGS)  # acked: grpc-core enforces the limit it announced once the client has acked it
+    raw.sock.sendall(frame(HEADERS, 0, 1, block[:16000]) +
+                     frame(CONTINUATION, END_HEADERS, 1, block[16000:]) + frame(DATA, END_STREAM, 1, b"\0" * 5))
+    trailers = raw.trailers(1)
+    assert trailers["grpc-status"] == "8"  # RESOURCE_EXHAUSTED
+    assert trailers["grpc-message"].startswith("received metadata size exceeds hard limit (")
+
+
+def _only_lean(server: RunningServer) -> None:
+    if not _lean(server):
+        pytest.skip("grpc-core's own limits differ: it announces no stream limit and has its own flood defenses")
+
+
+def test_lean_announces_its_limits(grpc_server: RunningServer) -> None:
+    _only_lean(grpc_server)
+    client = RawClient(grpc_server.grpc_url)
+    try:
+        while True:
+            kind, flags, _, payload = client.read()
+            if kind == SETTINGS and not flags & 1:
+                break
+        settings = dict(struct.unpack(">HI", payload[i:i + 6]) for i in range(0, len(payload), 6))
+        assert settings[3] == 100 and settings[6] == 16384  # MAX_CONCURRENT_STREAMS, MAX_HEADER_LIST_SIZE
+    finally:
+        client.close()
+
+
+def test_lean_refuses_streams_past_the_limit(raw: RawClient, grpc_server: RunningServer) -> None:
+    _only_lean(grpc_server)
+    path = "/inference.GRPCInferenceService/ModelStreamInfer"  # open until the client ends it
+    raw.sock.sendall(b"".join(frame(HEADERS, END_HEADERS, 1 + 2 * i, raw.request_headers(path)) for i in range(101)))
+    flags, payload = raw.until(RST_STREAM, 201)
+    assert int.from_bytes(payload, "big") == REFUSED_STREAM
+
+
+def test_lean_rapid_reset_is_enhance_your_calm(raw: RawClient, grpc_server: RunningServer) -> None:
+    _only_lean(grpc_server)
+    path = "/inference.GRPCInferenceService/ModelStreamInfer"
+    raw.sock.sendall(b"".join(frame(HEADERS, END_HEADERS, 1 + 2 * i, raw.request_headers(path)) +
+                              frame(RST_STREAM, 0, 1 + 2 * i, struct.pack(">I", 0x8)) for i in range(1100)))
+    assert _goaway_code(raw) == ENHANCE_YOUR_CALM
+
+
+def test_lean_continuation_flood_is_enhance_your_calm(raw: RawClient, grpc_server: RunningServer) -> None:
+    _only_lean(grpc_server)
+    block = raw.request_headers("/inference.GRPCInferenceService/ServerLive")
+    # Just past the 64 KiB cap, and nothing after it: the server reads all before it closes (no TCP reset).
+    raw.sock.sendall(frame(HEADERS, 0, 1, block) + frame(CONTINUATION, 0, 1, b"\x82" * 16384) * 4)
+    assert _goaway_code(raw) == ENHANCE_YOUR_CALM

@@ -1,0 +1,624 @@
+"""The server side of one HTTP/2 connection as a state machine: ``receive`` bytes, get events; ``send_*`` and
+``respond`` queue frames; ``data_to_send`` returns what to write.
+
+Hot path first: a frame is parsed in place from the bytes received (no copy of the read unless a frame straddles
+two reads), a repeated request header block (clients send the same block for each call) is
+decoded once, and a unary answer (HEADERS, DATA, trailers) is queued with one call. Receive windows are opened as
+wide as HTTP/2 allows and topped up as data arrives; send windows follow the peer's SETTINGS and WINDOW_UPDATEs.
+
+Streams: a stream lives here while it is open or half-closed, which is what SETTINGS_MAX_CONCURRENT_STREAMS
+counts. Sending END_STREAM before the client ended its side also sends RST_STREAM NO_ERROR (RFC 9113 8.1, as
+grpc-core does), so a stream the server answered never lingers. Frames for streams that are gone are ignored,
+except that every header block is decoded: HPACK's table is connection state (RFC 9113 4.3).
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+
+from hpack import Decoder
+from hpack.exceptions import HPACKError, OversizedHeaderListError
+
+from naiad.frontends.http2 import frames as f
+from naiad.frontends.http2.events import (
+    ConnectionTerminated,
+    DataReceived,
+    Event,
+    GoAwayReceived,
+    RequestReceived,
+    StreamReset,
+    TrailersReceived,
+)
+from naiad.frontends.http2.limits import Limits
+
+_HEAD = f.HEAD
+_DATA, _HEADERS, _CONTINUATION, _SETTINGS = f.DATA, f.HEADERS, f.CONTINUATION, f.SETTINGS
+_SIMPLE_HEADERS = f.END_HEADERS  # HEADERS flags that take the short path: a whole block, no padding or priority
+_HEADERS_SHAPE = f.END_HEADERS | f.PADDED | f.PRIORITY_FLAG
+_END_STREAM = f.END_STREAM
+_MASK = f.MAX_WINDOW
+_U32 = f._U32
+_SETTING = f._SETTING
+_CACHED_BLOCKS = 64
+
+
+class _Stream:
+    __slots__ = ("sid", "window", "recv_window", "pending", "ending", "trailers", "remote_closed")
+
+    def __init__(self, sid: int, window: int, recv_window: int) -> None:
+        self.sid = sid
+        self.window = window  # what the peer lets us send on this stream
+        self.recv_window = recv_window  # what we let the peer send
+        self.pending: list[bytes] = []  # DATA waiting for window
+        self.ending = False  # END_STREAM follows the pending data
+        self.trailers: bytes | None = None  # ... on this header block (else on an empty DATA frame)
+        self.remote_closed = False  # the client sent END_STREAM
+
+
+class H2Connection:
+    """One server-side HTTP/2 connection. Call ``initiate()`` once the transport is up (queues our SETTINGS),
+    then ``receive`` whatever arrives; after each call, write ``data_to_send()``."""
+
+    def __init__(self, limits: Limits | None = None, clock: Callable[[], float] = time.monotonic) -> None:
+        self.limits = limits = limits or Limits()
+        self.clock = clock
+        self._buf = bytearray()
+        self._out: list[bytes] = []
+        self._preface = False
+        self._settings_seen = False
+        self.streams: dict[int, _Stream] = {}
+        self._blocked: dict[int, _Stream] = {}
+        self.last_stream_id = 0  # the highest stream the client opened
+        self.send_window = f.DEFAULT_WINDOW
+        self.initial_window = f.DEFAULT_WINDOW  # the peer's SETTINGS_INITIAL_WINDOW_SIZE
+        self.max_frame = f.DEFAULT_MAX_FRAME  # the peer's SETTINGS_MAX_FRAME_SIZE
+        self._recv_window = f.DEFAULT_WINDOW  # the connection window we granted (raised in initiate)
+        self._refill_below = limits.receive_window // 2
+        # The open header block: its stream, END_STREAM flag, bytes so far and frame count.
+        self._continuing = 0
+        self._block_end = False
+        self._block = bytearray()
+        self._block_frames = 0
+        self.decoder = Decoder(max_header_list_size=limits.max_decoded_header_list)
+        self._blocks: dict[bytes, tuple[list[tuple[str, str]], int]] = {}
+        self.closing = False  # we sent GOAWAY: new streams are refused
+        self.terminated = False  # a connection error: nothing more is read
+        self._reset_tokens = float(limits.reset_burst)
+        self._reset_time = clock()
+        self._paused = False  # the transport is not draining (set by the I/O side)
+        self._induced = 0
+        self._last_ping: float | None = None
+        self._ping_strikes = 0
+
+    # -- I/O side ---------------------------------------------------------------------------------------------
+
+    def initiate(self) -> None:
+        limits = self.limits
+        self._out.append(f.settings(
+            (f.MAX_CONCURRENT_STREAMS, limits.max_concurrent_streams),
+            (f.INITIAL_WINDOW_SIZE, limits.receive_window),
+            (f.MAX_FRAME_SIZE, limits.max_frame_size),
+            (f.MAX_HEADER_LIST_SIZE, limits.max_header_list_size)))
+        if limits.receive_window > f.DEFAULT_WINDOW:
+            self._out.append(f.window_update(0, limits.receive_window - f.DEFAULT_WINDOW))
+            self._recv_window = limits.receive_window
+
+    def data_to_send(self) -> bytes:
+        out = self._out
+        if not out:
+            return b""
+        self._out = []
+        return out[0] if len(out) == 1 else b"".join(out)
+
+    def pause_writing(self) -> None:
+        """The transport's buffer is full: control frames the peer asks for now count against its limit."""
+        self._paused = True
+
+    def resume_writing(self) -> None:
+        self._paused = False
+        self._induced = 0
+
+    # -- receiving --------------------------------------------------------------------------------------------
+
+    def receive(self, data: bytes) -> list[Event]:
+        events: list[Event] = []
+        if self.terminated:
+            return events
+        buf = self._buf
+        if buf or not self._preface:
+            buf += data
+            if not self._preface:
+                if len(buf) < 24:
+                    if f.PREFACE[:len(buf)] != buf:
+                        self._fail(f.PROTOCOL_ERROR, events, b"invalid connection preface")
+                    return events
+                if buf[:24] != f.PREFACE:
+                    self._fail(f.PROTOCOL_ERROR, events, b"invalid connection preface")
+                    return events
+                del buf[:24]
+                self._preface = True
+            data = buf  # type: ignore[assignment]
+        pos, end = 0, len(data)
+        max_frame = self.limits.max_frame_size
+        while end - pos >= 9:
+            hi, lo, kind, flags, sid = _HEAD.unpack_from(data, pos)
+            length = (hi << 16) | lo
+            if length > max_frame:
+                self._fail(f.FRAME_SIZE_ERROR, events, b"frame larger than SETTINGS_MAX_FRAME_SIZE")
+                break
+            if end - pos - 9 < length:
+                break
+            start = pos + 9
+            pos = start + length
+            sid &= _MASK
+            if self._continuing and kind != _CONTINUATION:
+                self._fail(f.PROTOCOL_ERROR, events, b"header block interrupted")
+                break
+            if kind == _DATA:
+                self._on_data(flags, sid, data, start, pos, events)
+            elif kind == _HEADERS:
+                if flags & _HEADERS_SHAPE == _SIMPLE_HEADERS and sid & 1 and self._settings_seen \
+                        and length <= self.limits.max_header_block:
+                    self._block_end = flags & _END_STREAM
+                    block = data[start:pos]
+                    self._headers_done(sid, block if type(block) is bytes else bytes(block), events)
+                else:
+                    self._on_headers(flags, sid, data[start:pos], events)
+            elif not self._settings_seen and kind != _SETTINGS:
+                self._fail(f.PROTOCOL_ERROR, events, b"the connection preface must end with SETTINGS")
+            else:
+                self._on_control(kind, flags, sid, data[start:pos], events)
+            if self.terminated:
+                break
+        if self.terminated:
+            self._buf = bytearray()
+        elif data is buf:
+            del buf[:pos]
+        elif pos < end:
+            buf += data[pos:]
+        return events
+
+    def _on_data(self, flags: int, sid: int, data: bytes, start: int, end: int, events: list[Event]) -> None:
+        if not self._settings_seen:
+            self._fail(f.PROTOCOL_ERROR, events, b"the connection preface must end with SETTINGS")
+            return
+        if sid == 0:
+            self._fail(f.PROTOCOL_ERROR, events, b"DATA on stream 0")
+            return
+        length = end - start
+        if flags & f.PADDED and (length == 0 or data[start] >= length):
+            self._fail(f.PROTOCOL_ERROR, events, b"padding exceeds the frame")
+            return
+        # The connection window counts every DATA byte, padding included, on any stream.
+        window = self._recv_window - length
+        if window < 0:
+            self._fail(f.FLOW_CONTROL_ERROR, events, b"connection receive window exceeded")
+            return
+        if window < self._refill_below:
+            self._out.append(f.window_update(0, self.limits.receive_window - window))
+            window = self.limits.receive_window
+        self._recv_window = window
+        stream = self.streams.get(sid)
+        if stream is None:
+            if sid > self.last_stream_id:
+                self._fail(f.PROTOCOL_ERROR, events, b"DATA on an idle stream")
+            return  # a stream that is gone: its data is late, not wrong
+        if stream.remote_closed:
+            self._stream_error(stream.sid, f.STREAM_CLOSED, events)
+            return
+        if flags & f.PADDED:
+            end -= data[start]
+            start += 1
+        window = stream.recv_window - length
+        if window < 0:
+            self._stream_error(sid, f.FLOW_CONTROL_ERROR, events)
+            return
+        if flags & f.END_STREAM:
+            stream.remote_closed = True
+            events.append(DataReceived(sid, data[start:end], True))
+            return
+        if window < self._refill_below:
+            self._out.append(f.window_update(sid, self.limits.receive_window - window))
+            window = self.limits.receive_window
+        stream.recv_window = window
+        events.append(DataReceived(sid, data[start:end], False))
+
+    def _on_headers(self, flags: int, sid: int, payload: bytes, events: list[Event]) -> None:
+        if not self._settings_seen:
+            self._fail(f.PROTOCOL_ERROR, events, b"the connection preface must end with SETTINGS")
+            return
+        if sid == 0 or not sid & 1:
+            self._fail(f.PROTOCOL_ERROR, events, b"HEADERS on a stream the client can't open")
+            return
+        start, end = 0, len(payload)
+        if flags & (f.PADDED | f.PRIORITY_FLAG):
+            pad = 0
+            if flags & f.PADDED:
+                if end < 1:
+                    self._fail(f.FRAME_SIZE_ERROR, events, b"HEADERS too short for its padding")
+                    return
+                pad = payload[0]
+                start = 1
+            if flags & f.PRIORITY_FLAG:
+                if end - start < 5:
+                    self._fail(f.FRAME_SIZE_ERROR, events, b"HEADERS too short for its priority")
+                    return
+                start += 5
+            if pad > end - start:
+                self._fail(f.PROTOCOL_ERROR, events, b"padding exceeds the frame")
+                return
+            end -= pad
+            payload = payload[start:end]
+        if len(payload) > self.limits.max_header_block:
+            self._fail(f.ENHANCE_YOUR_CALM, events, b"header block too large")
+            return
+        self._block_end = bool(flags & f.END_STREAM)
+        if flags & f.END_HEADERS:
+            # A block is a cache key: bytes, also when it was cut from a frame that straddled two reads.
+            self._headers_done(sid, payload if type(payload) is bytes else bytes(payload), events)
+            return
+        self._continuing = sid
+        self._block = bytearray(payload)
+        self._block_frames = 1
+
+    def _on_continuation(self, flags: int, sid: int, payload: bytes, events: list[Event]) -> None:
+        if not self._continuing or sid != self._continuing:
+            self._fail(f.PROTOCOL_ERROR, events, b"CONTINUATION without a header block")
+            return
+        block = self._block
+        self._block_frames += 1
+        if len(block) + len(payload) > self.limits.max_header_block \
+                or self._block_frames > self.limits.max_header_frames:
+            self._fail(f.ENHANCE_YOUR_CALM, events, b"header block too large")
+            return
+        block += payload
+        if flags & f.END_HEADERS:
+            self._continuing = 0
+            self._block = bytearray()
+            self._headers_done(sid, bytes(block), events)
+
+    def _headers_done(self, sid: int, block: bytes, events: list[Event]) -> None:
+        cached = self._blocks.get(block)
+        if cached is None:
+            try:
+                decoded: list[tuple[str, str]] = self.decoder.decode(block)  # type: ignore[assignment]
+            except OversizedHeaderListError:
+                self._fail(f.ENHANCE_YOUR_CALM, events, b"header list too large to decode")
+                return
+            except HPACKError:
+                self._fail(f.COMPRESSION_ERROR, events, b"invalid HPACK block")
+                return
+            size = 32 * len(decoded)  # RFC 9113 6.5.2's measure of a header list
+            for name, value in decoded:
+                size += len(name) + len(value)
+            cached = decoded, size
+            if f.leaves_table(block):
+                if len(self._blocks) < _CACHED_BLOCKS:
+                    self._blocks[block] = cached
+            elif self._blocks:
+                self._blocks.clear()  # the block may have changed the dynamic table the cached ones refer to
+        fields, size = cached
+        end_stream = self._block_end
+        stream = self.streams.get(sid)
+        if stream is not None:  # the request's trailers
+            if stream.remote_closed:
+                self._stream_error(sid, f.STREAM_CLOSED, events)
+            elif not end_stream:
+                self._stream_error(sid, f.PROTOCOL_ERROR, events)  # trailers must end the stream (RFC 9113 8.1)
+            else:
+                stream.remote_closed = True
+                events.append(TrailersReceived(sid, fields))
+            return
+        if sid <= self.last_stream_id:
+            self._induce(f.rst_stream(sid, f.STREAM_CLOSED), events)  # a stream that is gone
+            return
+        self.last_stream_id = sid
+        if self.closing or len(self.streams) >= self.limits.max_concurrent_streams:
+            self._induce(f.rst_stream(sid, f.REFUSED_STREAM), events)
+            if not self.closing:
+                self._count_reset(events)
+            return
+        stream = self.streams[sid] = _Stream(sid, self.initial_window, self.limits.receive_window)
+        stream.remote_closed = end_stream = bool(end_stream)
+        limit = self.limits.max_header_list_size
+        events.append(RequestReceived(sid, fields, end_stream, size if size > limit else 0))
+
+    def _on_control(self, kind: int, flags: int, sid: int, payload: bytes, events: list[Event]) -> None:
+        n = len(payload)
+        if kind == f.CONTINUATION:
+            self._on_continuation(flags, sid, payload, events)
+        elif kind == f.SETTINGS:
+            if sid:
+                self._fail(f.PROTOCOL_ERROR, events, b"SETTINGS on a stream")
+            elif flags & f.ACK:
+                if n:
+                    self._fail(f.FRAME_SIZE_ERROR, events, b"SETTINGS ack with a payload")
+                elif not self._settings_seen:
+                    self._fail(f.PROTOCOL_ERROR, events, b"the connection preface must end with SETTINGS")
+            elif n % 6:
+                self._fail(f.FRAME_SIZE_ERROR, events, b"SETTINGS length not a multiple of 6")
+            else:
+                self._settings_seen = True
+                self._on_settings(payload, events)
+        elif kind == f.WINDOW_UPDATE:
+            if n != 4:
+                self._fail(f.FRAME_SIZE_ERROR, events, b"WINDOW_UPDATE length not 4")
+            else:
+                self._on_window_update(sid, _U32.unpack(payload)[0] & _MASK, events)
+        elif kind == f.PING:
+            if n != 8:
+                self._fail(f.FRAME_SIZE_ERROR, events, b"PING length not 8")
+            elif sid:
+                self._fail(f.PROTOCOL_ERROR, events, b"PING on a stream")
+            elif not flags & f.ACK and self._ping_allowed(events):
+                self._induce(f.frame(f.PING, f.ACK, 0, payload), events)
+        elif kind == f.RST_STREAM:
+            if n != 4:
+                self._fail(f.FRAME_SIZE_ERROR, events, b"RST_STREAM length not 4")
+            elif sid == 0 or sid > self.last_stream_id:
+                self._fail(f.PROTOCOL_ERROR, events, b"RST_STREAM on stream 0 or an idle stream")
+            else:
+                stream = self.streams.pop(sid, None)
+                if stream is not None:  # reset before we answered: the CVE-2023-44487 pattern counts
+                    self._blocked.pop(sid, None)
+                    events.append(StreamReset(sid, _U32.unpack(payload)[0], True))
+                    self._count_reset(events)
+        elif kind == f.PRIORITY:
+            if sid == 0:
+                self._fail(f.PROTOCOL_ERROR, events, b"PRIORITY on stream 0")
+            elif n != 5:
+                self._stream_error(sid, f.FRAME_SIZE_ERROR, events)
+            elif _U32.unpack_from(payload)[0] & _MASK == sid:
+                self._stream_error(sid, f.PROTOCOL_ERROR, events)  # a stream can't depend on itself
+            # Otherwise advisory: answers go out as the windows allow.
+        elif kind == f.GOAWAY:
+            if sid:
+                self._fail(f.PROTOCOL_ERROR, events, b"GOAWAY on a stream")
+            elif n < 8:
+                self._fail(f.FRAME_SIZE_ERROR, events, b"GOAWAY shorter than 8")
+            else:
+                last, code = f._U32X2.unpack_from(payload)
+                events.append(GoAwayReceived(code, last & _MASK))
+        elif kind == f.PUSH_PROMISE:
+            self._fail(f.PROTOCOL_ERROR, events, b"PUSH_PROMISE from a client")
+        # Unknown frame types are ignored (RFC 9113 4.1).
+
+    def _on_settings(self, payload: bytes, events: list[Event]) -> None:
+        count = len(payload) // 6
+        if count > self.limits.max_settings:
+            self._fail(f.ENHANCE_YOUR_CALM, events, b"too many settings")
+            return
+        for offset in range(0, len(payload), 6):
+            key, value = _SETTING.unpack_from(payload, offset)
+            if key == f.INITIAL_WINDOW_SIZE:
+                if value > f.MAX_WINDOW:
+                    self._fail(f.FLOW_CONTROL_ERROR, events, b"SETTINGS_INITIAL_WINDOW_SIZE above 2^31-1")
+                    return
+                delta = value - self.initial_window
+                self.initial_window = value
+                for stream in self.streams.values():
+                    stream.window += delta
+                    if stream.window > f.MAX_WINDOW:
+                        self._fail(f.FLOW_CONTROL_ERROR, events, b"stream window above 2^31-1")
+                        return
+            elif key == f.MAX_FRAME_SIZE:
+                if not f.DEFAULT_MAX_FRAME <= value <= f.LARGEST_MAX_FRAME:
+                    self._fail(f.PROTOCOL_ERROR, events, b"SETTINGS_MAX_FRAME_SIZE out of range")
+                    return
+                self.max_frame = value
+            elif key == f.ENABLE_PUSH and value > 1:
+                self._fail(f.PROTOCOL_ERROR, events, b"SETTINGS_ENABLE_PUSH not 0 or 1")
+                return
+            # HEADER_TABLE_SIZE: our blocks never index, so the peer's table size does not concern us;
+            # MAX_CONCURRENT_STREAMS: we open none; MAX_HEADER_LIST_SIZE is advisory; unknown ones are ignored.
+        self._induce(f.frame(f.SETTINGS, f.ACK, 0, b""), events)
+        self._flush()
+
+    def _on_window_update(self, sid: int, increment: int, events: list[Event]) -> None:
+        if sid == 0:
+            if increment == 0:
+                self._fail(f.PROTOCOL_ERROR, events, b"WINDOW_UPDATE of 0")
+                return
+            self.send_window += increment
+            if self.send_window > f.MAX_WINDOW:
+                self._fail(f.FLOW_CONTROL_ERROR, events, b"connection window above 2^31-1")
+                return
+        else:
+            stream = self.streams.get(sid)
+            if stream is None:
+                if sid > self.last_stream_id:
+                    self._fail(f.PROTOCOL_ERROR, events, b"WINDOW_UPDATE on an idle stream")
+                return
+            if increment == 0:
+                self._stream_error(sid, f.PROTOCOL_ERROR, events)
+                return
+            stream.window += increment
+            if stream.window > f.MAX_WINDOW:
+                self._stream_error(sid, f.FLOW_CONTROL_ERROR, events)
+                return
+        self._flush()
+
+    # -- limits -----------------------------------------------------------------------------------------------
+
+    def _induce(self, data: bytes, events: list[Event]) -> None:
+        """Queue a control frame the peer asked for; while the peer is not reading, count them."""
+        self._out.append(data)
+        if self._paused:
+            self._induced += 1
+            if self._induced > self.limits.max_induced_frames:
+                self._fail(f.ENHANCE_YOUR_CALM, events, b"too many control frames queued")
+
+    def _count_reset(self, events: list[Event]) -> None:
+        limits = self.limits
+        now = self.clock()
+        tokens = min(float(limits.reset_burst), self._reset_tokens + (now - self._reset_time) * limits.reset_rate)
+        self._reset_time = now
+        if tokens < 1.0:
+            self._fail(f.ENHANCE_YOUR_CALM, events, b"too many streams reset")
+            return
+        self._reset_tokens = tokens - 1.0
+
+    def _ping_allowed(self, events: list[Event]) -> bool:
+        limits = self.limits
+        if not limits.max_ping_strikes:
+            return True
+        now = self.clock()
+        interval = limits.min_ping_interval if self.streams or limits.ping_without_calls \
+            else limits.idle_ping_interval
+        last, self._last_ping = self._last_ping, now
+        if last is not None and now - last < interval:
+            self._ping_strikes += 1
+            if self._ping_strikes > limits.max_ping_strikes:
+                self._fail(f.ENHANCE_YOUR_CALM, events, b"too_many_pings")
+                return False
+        return True
+
+    def _fail(self, code: int, events: list[Event], debug: bytes) -> None:
+        """A connection error (RFC 9113 5.4.1): GOAWAY, and nothing more is read."""
+        if self.terminated:
+            return
+        self.terminated = True
+        self._block = bytearray()
+        self._continuing = 0
+        self._out.append(f.goaway(self.last_stream_id, code, debug))
+        events.append(ConnectionTerminated(code, debug))
+
+    def _stream_error(self, sid: int, code: int, events: list[Event]) -> None:
+        """A stream error (RFC 9113 5.4.2): RST_STREAM, and the stream's work is abandoned."""
+        self._induce(f.rst_stream(sid, code), events)
+        if self.streams.pop(sid, None) is not None:
+            self._blocked.pop(sid, None)
+            events.append(StreamReset(sid, code, False))
+
+    # -- sending ----------------------------------------------------------------------------------------------
+
+    def is_open(self, sid: int) -> bool:
+        return sid in self.streams
+
+    def send_headers(self, sid: int, block: bytes, end_stream: bool = False) -> None:
+        """A response header block, or with ``end_stream`` the trailers (sent after any DATA still waiting)."""
+        stream = self.streams.get(sid)
+        if stream is None or stream.ending:
+            return
+        self._last_ping = None  # sending HEADERS or DATA forgives earlier pings (grpc-core)
+        self._ping_strikes = 0
+        if end_stream:
+            stream.ending = True
+            stream.trailers = block
+            if stream.pending:
+                return
+            self._end(stream, self._out)
+        else:
+            self._header_frames(sid, block, 0, self._out)
+
+    def send_data(self, sid: int, data: bytes, end_stream: bool = False) -> None:
+        stream = self.streams.get(sid)
+        if stream is None or stream.ending:
+            return
+        self._last_ping = None
+        self._ping_strikes = 0
+        if data:
+            stream.pending.append(data)
+        stream.ending = end_stream
+        self._send(stream, self._out)
+
+    def respond(self, sid: int, headers: bytes | None, data: bytes | None, trailers: bytes) -> None:
+        """A whole answer at once: the response header block (None if already sent), a body, the trailers."""
+        stream = self.streams.get(sid)
+        if stream is None or stream.ending:
+            return
+        self._last_ping = None
+        self._ping_strikes = 0
+        out = self._out
+        size = self.max_frame
+        n = len(data) if data else 0
+        if (stream.remote_closed and not stream.pending and n <= size and n <= self.send_window
+                and n <= stream.window and len(trailers) <= size and (headers is None or len(headers) <= size)):
+            # The unary answer: three frames, one bytes object, and the stream is done.
+            pack = _HEAD.pack
+            answer = b""
+            if headers is not None:
+                k = len(headers)
+                answer = pack(k >> 16, k & 0xFFFF, _HEADERS, f.END_HEADERS, sid) + headers
+            if n:
+                answer += pack(n >> 16, n & 0xFFFF, _DATA, 0, sid) + data  # type: ignore[operator]
+                self.send_window -= n
+            k = len(trailers)
+            out.append(answer + pack(k >> 16, k & 0xFFFF, _HEADERS, f.END_HEADERS | f.END_STREAM, sid) + trailers)
+            del self.streams[sid]
+            return
+        if headers is not None:
+            self._header_frames(sid, headers, 0, out)
+        if data:
+            stream.pending.append(data)
+        stream.ending = True
+        stream.trailers = trailers
+        self._send(stream, out)
+
+    def reset_stream(self, sid: int, code: int = f.CANCEL) -> None:
+        if self.streams.pop(sid, None) is not None:
+            self._blocked.pop(sid, None)
+            self._out.append(f.rst_stream(sid, code))
+
+    def close(self, code: int = f.NO_ERROR, debug: bytes = b"") -> None:
+        """GOAWAY: no new streams; those open may finish (NO_ERROR) or are abandoned (an error code)."""
+        if self.terminated:
+            return
+        self.closing = True
+        if code != f.NO_ERROR:
+            self.terminated = True
+        self._out.append(f.goaway(self.last_stream_id, code, debug))
+
+    def _header_frames(self, sid: int, block: bytes, flags: int, out: list[bytes]) -> None:
+        size = self.max_frame
+        if len(block) <= size:
+            out.append(f.frame(f.HEADERS, flags | f.END_HEADERS, sid, block))
+            return
+        out.append(f.frame(f.HEADERS, flags, sid, block[:size]))
+        for offset in range(size, len(block), size):
+            last = offset + size >= len(block)
+            out.append(f.frame(f.CONTINUATION, f.END_HEADERS if last else 0, sid, block[offset:offset + size]))
+
+    def _end(self, stream: _Stream, out: list[bytes]) -> None:
+        sid = stream.sid
+        if stream.trailers is not None:
+            self._header_frames(sid, stream.trailers, f.END_STREAM, out)
+        else:
+            out.append(f.frame(f.DATA, f.END_STREAM, sid, b""))
+        del self.streams[sid]
+        self._blocked.pop(sid, None)
+        if not stream.remote_closed:
+            out.append(f.rst_stream(sid, f.NO_ERROR))  # the answer is complete: the rest of the request is not needed
+
+    def _send(self, stream: _Stream, out: list[bytes]) -> None:
+        """Queue what the windows allow of the stream's pending data, then its end if it is due."""
+        pending = stream.pending
+        sid = stream.sid
+        while pending:
+            data = pending[0]
+            n = min(len(data), self.max_frame, self.send_window, stream.window)
+            if n <= 0:
+                self._blocked[sid] = stream
+                return
+            if n == len(data):
+                out.append(f.frame(f.DATA, 0, sid, data))
+                del pending[0]
+            else:
+                out.append(f.frame(f.DATA, 0, sid, data[:n]))
+                pending[0] = data[n:]
+            self.send_window -= n
+            stream.window -= n
+        if stream.ending:
+            self._end(stream, out)
+
+    def _flush(self) -> None:
+        """Windows opened: send what waited, oldest stream first."""
+        blocked = self._blocked
+        out = self._out
+        for sid in list(blocked):
+            if self.send_window <= 0:
+                break
+            stream = blocked.pop(sid)
+            if sid in self.streams:
+                self._send(stream, out)

@@ -1,0 +1,99 @@
+"""The lean engine's adapter over the HTTP/2 core, with a recording transport: a call the client abandons cancels
+the work queued for it, and a peer that stops reading stops being read."""
+
+from __future__ import annotations
+
+import asyncio
+import struct
+
+import grpc
+from hpack import Encoder
+from tritonclient.grpc import service_pb2 as pb
+
+from naiad.frontends.grpc.lean import Connection, LeanServer
+
+PREFACE = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n"
+PATH = "/inference.GRPCInferenceService/ModelInfer"
+
+
+def frame(kind: int, flags: int, stream: int, payload: bytes) -> bytes:
+    return struct.pack(">I", len(payload))[1:] + bytes((kind, flags)) + struct.pack(">I", stream) + payload
+
+
+class Transport:
+    def __init__(self) -> None:
+        self.written = b""
+        self.reading = True
+        self.closed = False
+
+    def write(self, data: bytes) -> None:
+        self.written += data
+
+    def close(self) -> None:
+        self.closed = True
+
+    def is_closing(self) -> bool:
+        return self.closed
+
+    def pause_reading(self) -> None:
+        self.reading = False
+
+    def resume_reading(self) -> None:
+        self.reading = True
+
+
+class Inference:
+    """Queues every ModelInfer and never answers: the futures show what the engine did with them."""
+
+    def __init__(self) -> None:
+        self.futures: list[asyncio.Future] = []
+
+    def begin(self, request: pb.ModelInferRequest, headers: dict) -> tuple[asyncio.Future, None, None]:
+        future = asyncio.get_running_loop().create_future()
+        self.futures.append(future)
+        return future, None, None
+
+
+def _connection() -> tuple[Connection, Transport, Inference]:
+    inference = Inference()
+    handler = grpc.unary_unary_rpc_method_handler(lambda request, context: None,
+                                                  request_deserializer=pb.ModelInferRequest.FromString)
+    connection = Connection(LeanServer({PATH: handler}, inference))  # type: ignore[arg-type]
+    transport = Transport()
+    connection.connection_made(transport)  # type: ignore[arg-type]
+    connection.data_received(PREFACE + frame(4, 0, 0, b""))
+    return connection, transport, inference
+
+
+def _infer(connection: Connection, encoder: Encoder, sid: int) -> None:
+    message = pb.ModelInferRequest(model_name="m").SerializeToString()
+    block = encoder.encode([(":method", "POST"), (":scheme", "http"), (":path", PATH), (":authority", "x"),
+                            ("content-type", "application/grpc"), ("te", "trailers")])
+    connection.data_received(frame(1, 0x4, sid, block) +
+                             frame(0, 0x1, sid, b"\0" + struct.pack(">I", len(message)) + message))
+
+
+def test_reset_and_closed_connection_cancel_queued_model_infer() -> None:
+    async def scenario() -> list[bool]:
+        connection, _, inference = _connection()
+        encoder = Encoder()
+        _infer(connection, encoder, 1)
+        _infer(connection, encoder, 3)
+        _infer(connection, encoder, 5)
+        connection.data_received(frame(3, 0, 3, struct.pack(">I", 0x8)))  # RST_STREAM CANCEL
+        states = [f.cancelled() for f in inference.futures]
+        connection.connection_lost(None)
+        return states + [f.cancelled() for f in inference.futures]
+
+    assert asyncio.run(scenario()) == [False, True, False, True, True, True]
+
+
+def test_a_peer_that_does_not_read_is_not_read() -> None:
+    async def scenario() -> tuple[bool, bool]:
+        connection, transport, _ = _connection()
+        connection.pause_writing()
+        paused = transport.reading
+        connection.resume_writing()
+        return paused, transport.reading
+
+    assert asyncio.run(scenario()) == (False, True)
