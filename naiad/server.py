@@ -158,8 +158,10 @@ class Server:
             from naiad.frontends.sagemaker.routes import SageMakerRouter
 
             sagemaker = self.options.sagemaker
-            await self._listen("Sagemaker", SageMakerRouter(self.service, sagemaker), sagemaker.address,
-                               sagemaker.port)
+            # The dashboard is served here when HTTP is off.
+            sagemaker_router = SageMakerRouter(self.service, sagemaker,
+                                               None if self.options.allow_http else self.options.http)
+            await self._listen("Sagemaker", sagemaker_router, sagemaker.address, sagemaker.port)
             log.info("Started Sagemaker HTTPService at %s:%d", sagemaker.address, sagemaker.port)
         if self.options.grpc.enabled:
             from naiad.frontends.grpc import (

@@ -80,6 +80,11 @@ class Router:
                 category: (key.lower().encode("latin-1"), value.encode("latin-1"),
                            Reply(403, orjson.dumps({"error": options.restricted.refusal(category)})))
                 for category, (key, value) in options.restricted.rules.items()}
+        self.dashboard: Any = None  # GET /dashboard (--allow-dashboard), outside /v2: no cost on the routes below
+        if options.dashboard:
+            from naiad.frontends.dashboard.routes import Dashboard  # it builds on this module's replies
+
+            self.dashboard = Dashboard(service, options.restricted)
 
     def handle(self, method: bytes, path: str, headers: dict[bytes, bytes], body: bytes | bytearray
                ) -> Reply | Deferred | Streamed:
@@ -94,6 +99,8 @@ class Router:
             path = unquote(path)
         parts = path.split("/")[1:]  # a trailing slash leaves an empty part, which no route has
         if not parts or parts[0] != "v2" or "" in parts:
+            if parts[:1] == ["dashboard"] and self.dashboard is not None:
+                return self.dashboard.handle(method, path, headers) or _not_found()
             return _not_found()
         if self.restricted is not None:
             refused = self._refused(parts, headers)

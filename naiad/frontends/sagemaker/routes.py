@@ -16,6 +16,7 @@ import orjson
 from naiad.core.errors import Code, InferError
 from naiad.core.request import InferResponse
 from naiad.frontends.http.codec import OutputOptions
+from naiad.frontends.http.options import HttpOptions
 from naiad.frontends.http.routes import Deferred, Reply, Router, Streamed, error_reply
 from naiad.frontends.sagemaker import codec
 from naiad.frontends.sagemaker.options import SageMakerOptions
@@ -44,7 +45,7 @@ def sagemaker_error(error: InferError) -> Reply:
 
 
 class SageMakerRouter:
-    def __init__(self, service: Service, options: SageMakerOptions) -> None:
+    def __init__(self, service: Service, options: SageMakerOptions, http: HttpOptions | None = None) -> None:
         assert service.residency is not None
         self.service = service
         self.options = options
@@ -54,6 +55,11 @@ class SageMakerRouter:
         from naiad.frontends.sagemaker.runtime import RuntimeDoor
 
         self.runtime = RuntimeDoor(self)
+        self.dashboard: Any = None  # GET /dashboard here when HTTP is off (``http``: the options it would have had)
+        if http is not None and http.dashboard:
+            from naiad.frontends.dashboard.routes import Dashboard
+
+            self.dashboard = Dashboard(service, http.restricted, "sagemaker")
 
     def handle(self, method: bytes, path: str, headers: dict[bytes, bytes], body: bytes | bytearray
                ) -> Reply | Deferred | Streamed:
@@ -70,6 +76,10 @@ class SageMakerRouter:
             return self._invocations(method, headers, body)
         if path.startswith("/endpoints/"):
             return self.runtime.handle(method, path, headers, body)
+        if self.dashboard is not None and path.startswith("/dashboard"):
+            page = self.dashboard.handle(method, path, headers)
+            if page is not None:
+                return page
         match = _MODELS.fullmatch(path)
         if match is None:
             return bare(400)

@@ -1,0 +1,157 @@
+"""The dashboard's JSON feed: the service's state as one document the page redraws from.
+
+Everything here is read from the service and the objects it already holds: the repository index (states and
+failure reasons), each version's ``ModelStats`` (totals) and the watcher's per-second figures, each version's
+instances, and SageMaker's residency in multi-model mode. Built at most twice a second however many pages poll.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from typing import Any
+
+import psutil
+
+import naiad
+from naiad.core.errors import InferError
+from naiad.frontends.dashboard.watch import Series, Watcher
+from naiad.repository.model import ModelVersion
+from naiad.service import Service
+
+
+def snapshot(service: Service, watcher: Watcher, port: str) -> dict[str, Any]:
+    """``port``: "http" or "sagemaker", which decides the page's buttons (each calls that port's own routes)."""
+    mode = service.control.mode
+    document: dict[str, Any] = {
+        "time": time.time(),
+        "server": _server(service, mode, port, watcher),
+        "actions": {
+            # KServe's repository extension loads and unloads only in explicit mode, and only the HTTP port has it.
+            "repository": port == "http" and mode == "explicit",
+            # SageMaker's DELETE /models/<key>, on the SageMaker port.
+            "residents": port == "sagemaker" and service.residency is not None,
+        },
+        "models": _models(service, watcher),
+        "mme": _residency(service),
+    }
+    return document
+
+
+def _server(service: Service, mode: str, port: str, watcher: Watcher) -> dict[str, Any]:
+    me = psutil.Process()
+    server: dict[str, Any] = {
+        "id": service.server_id,
+        "version": naiad.__version__,
+        "live": service.live,
+        "ready": service.is_ready(),
+        "pid": me.pid,
+        "rss": me.memory_info().rss,
+        "uptime_s": round(time.time() - me.create_time(), 1),
+        "control_mode": mode,
+        "port": port,
+        "in_flight": service.in_flight,
+        "sampling": watcher.watching,
+    }
+    if service.failure is not None:
+        server["failure"] = service.failure.message
+    return server
+
+
+def _models(service: Service, watcher: Watcher) -> list[dict[str, Any]]:
+    try:
+        index = service.repository_index()
+    except InferError:  # the server could not be created: nothing to list
+        return []
+    models = service.repository.models
+    server_pid = os.getpid()
+    rows = []
+    for entry in index:
+        name, version = entry["name"], entry.get("version", "")
+        row: dict[str, Any] = {"name": name, "version": version, "state": entry.get("state", ""),
+                               "reason": entry.get("reason", "")}
+        model = models[name].versions.get(int(version)) if version and name in models else None
+        if model is not None:
+            row["platform"] = model.platform
+            row["ready"] = model.ready
+            row["in_flight"] = model.in_flight
+            row["stats"] = _stats(model, watcher.series.get((name, model.version)))
+            row["instances"] = _instances(model, server_pid)
+        rows.append(row)
+    return rows
+
+
+def _stats(model: ModelVersion, series: Series | None) -> dict[str, Any]:
+    stats = model.stats
+    figures: dict[str, Any] = {
+        "success": stats.success.count,
+        "failed": stats.fail.count,
+        "fail_reasons": {k: v for k, v in stats.fail_reasons.items() if v},
+        "inferences": stats.inference_count,
+        "executions": stats.execution_count,
+    }
+    if series is not None:
+        figures.update(rate=round(series.rate, 2), error_rate=round(series.error_rate, 2), p50_ms=_ms(series.p50_ms),
+                       p99_ms=_ms(series.p99_ms), queue_ms=_ms(series.queue_ms), compute_ms=_ms(series.compute_ms),
+                       history=list(series.history))
+    return figures
+
+
+def _ms(value: float | None) -> float | None:
+    return None if value is None else round(value, 4)
+
+
+def _instances(model: ModelVersion, server_pid: int) -> list[dict[str, Any]]:
+    """A Python model's worker processes (its backend keeps them as ``processes``: pid, restarts, readiness);
+    any other backend's instances run inside the server process."""
+    processes = getattr(model.loaded, "processes", None)
+    if processes:
+        rows = []
+        for process in processes:
+            pid = process.proc.pid if process.proc is not None else None
+            rows.append({"name": process.name, "pid": pid, "rss": _rss(pid), "restarts": process.restarts,
+                         "ready": process.ready, "in_server": False})
+        return rows
+    # Several scheduler slots may share one instance name: list each instance once.
+    names = dict.fromkeys(getattr(instance, "name", "") for instance in model.loaded.instances)
+    return [{"name": name, "pid": server_pid, "rss": None, "restarts": None, "ready": model.ready,
+             "in_server": True} for name in names]
+
+
+def _rss(pid: int | None) -> int | None:
+    if pid is None:
+        return None
+    try:
+        return int(psutil.Process(pid).memory_info().rss)
+    except (psutil.NoSuchProcess, psutil.ZombieProcess, psutil.AccessDenied):
+        return None  # gone (restarting)
+
+
+def _residency(service: Service) -> dict[str, Any] | None:
+    residency = service.residency
+    if residency is None or not _multi_model(service):
+        return None
+    stats = residency.stats
+    now = time.monotonic()
+    return {
+        "limit": residency.memory_limit,
+        # As measured at each load and before each eviction: the figure evictions are decided on.
+        "used": residency.used(),
+        "models": [{"key": r.key, "model": r.target, "memory": r.memory, "idle_s": round(now - r.last_used, 1),
+                    "url": r.url, "ready": service.repository.is_ready(r.target)}
+                   for r in sorted(residency.models.values(), key=lambda r: r.target)],
+        "cache_hits": stats.cache_hits,
+        "cache_misses": stats.cache_misses,
+        "evictions": stats.evictions,
+        "last_evicted": [{"at": at, "model": target} for at, target in reversed(stats.last_evicted[-10:])],
+        "loads": stats.loading.count,
+        "mean_load_ms": round(stats.loading.sum_us / stats.loading.count / 1000, 1) if stats.loading.count else None,
+    }
+
+
+def _multi_model(service: Service) -> bool:
+    """A multi-model endpoint in use: shown once it has a memory limit, a model data url, or any load."""
+    residency = service.residency
+    assert residency is not None
+    return bool(residency.models or residency.memory_limit is not None or residency.fetch is not None
+                or residency.stats.loading.count or residency.stats.cache_misses)
