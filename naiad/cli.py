@@ -79,6 +79,10 @@ def build_parser() -> argparse.ArgumentParser:
         "sagemaker", help="run as a SageMaker container: 'naiad sagemaker serve' reads SageMaker's environment "
                           "as Triton's serve script does, then starts 'naiad serve'")
     sagemaker.add_argument("arguments", nargs=argparse.REMAINDER)
+    from naiad.bench.cli import add_arguments as bench_arguments
+
+    bench_arguments(commands.add_parser("bench", help="load-test a model as perf_analyzer does (its flag names), "
+                                                      "or run an Inference Recommender traffic pattern"))
     serve = commands.add_parser("serve", help="serve a Triton model repository",
                                 formatter_class=argparse.ArgumentDefaultsHelpFormatter)
     serve.add_argument("--model-repository", "--model-store", action="append", required=True,
@@ -136,6 +140,15 @@ def build_parser() -> argparse.ArgumentParser:
     serve.add_argument("--log-file", default="", metavar="PATH", help="write the log here instead of stderr")
     trace_config.add_arguments(serve)
     _compatibility_flags(serve)
+    from naiad.recommend.cli import add_arguments as recommend_arguments  # argparse only at import
+
+    recommend_arguments(commands.add_parser(
+        "recommend", help="sweep a model's configs (base, dynamic batching, instance group x2, both) under a traffic "
+                          "pattern and recommend one: Inference Recommender and Model Analyzer, locally"))
+    from naiad.ray.cli import add_arguments as ray_arguments  # argparse only; Ray is imported when it runs
+
+    ray_arguments(commands.add_parser("ray", help="scale out on Ray Serve: 'naiad ray serve' runs replicas of naiad "
+                                                  "behind Ray's proxy with model-aware routing and autoscaling"))
     return parser
 
 
@@ -265,4 +278,16 @@ def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     if args.command == "serve":
         return serve(args)
+    if args.command == "bench":
+        from naiad.bench.cli import run as bench
+
+        return bench(args)
+    if args.command == "ray":
+        from naiad.ray.cli import run as ray_serve
+
+        return ray_serve(args)
+    if args.command == "recommend":
+        from naiad.recommend.cli import run as recommend
+
+        return recommend(args)
     return 2

@@ -1,0 +1,65 @@
+"""``naiad ray serve``: start (or join) Ray, deploy the application, serve until SIGTERM / SIGINT."""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+import signal
+import sys
+import threading
+
+from naiad.ray import options as ray_options
+
+log = logging.getLogger("naiad.ray")
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    commands = parser.add_subparsers(dest="ray_command", required=True)
+    serve = commands.add_parser("serve", help="serve a model repository on Ray Serve: replicas of naiad behind "
+                                              "Ray's proxy, each request routed to a replica holding its model",
+                                formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+    ray_options.add_arguments(serve)
+
+
+def run(args: argparse.Namespace) -> int:
+    try:
+        options = ray_options.from_args(args)
+    except ValueError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 1
+    logging.basicConfig(level=logging.DEBUG if options.log_verbose else logging.INFO,
+                        format="%(asctime)s %(name)s %(levelname)s %(message)s")
+    try:
+        import ray
+        from ray import serve
+    except ImportError:
+        print("error: naiad ray serve needs Ray Serve: pip install 'naiad[ray]'", file=sys.stderr)
+        return 1
+    from naiad.ray.application import build
+
+    os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
+    joined = bool(options.address)
+    if joined:
+        ray.init(address=options.address, namespace="naiad", log_to_driver=False)
+    else:
+        ray.init(include_dashboard=False, namespace="naiad")
+    stop = threading.Event()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(sig, lambda *_: stop.set())
+    try:
+        serve.start(http_options={"host": options.http_host, "port": options.http_port})
+        serve.run(build(options), name=options.app_name, route_prefix=options.route_prefix, blocking=False)
+        print(f"naiad on Ray Serve: application '{options.app_name}' at http://{options.http_host}:"
+              f"{options.http_port}{options.route_prefix.rstrip('/')}/v2", flush=True)
+        stop.wait()
+    finally:
+        # Joined to a cluster: take our application down and leave Serve to others; else stop it all.
+        try:
+            if joined:
+                serve.delete(options.app_name)
+            else:
+                serve.shutdown()
+        finally:
+            ray.shutdown()
+    return 0

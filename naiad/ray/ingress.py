@@ -1,0 +1,123 @@
+"""The ingress: an ASGI app on Ray Serve's HTTP proxy that speaks KServe v2 and SageMaker's routes through naiad's
+own routers. A request about a model goes, as its bytes, to the model deployment with the model's name as Ray's
+multiplexed model id (Ray routes it to a replica holding that model); server-wide routes (health, server
+metadata, repository index, /ping) are answered here by the same routers over a service with no model loaded.
+"""
+
+from __future__ import annotations
+
+import logging
+import tempfile
+from pathlib import Path
+from typing import Any
+from urllib.parse import unquote
+
+import orjson
+
+from naiad.frontends.http.routes import Router
+from naiad.frontends.sagemaker.routes import TARGET_MODEL, SageMakerRouter
+from naiad.ray.asgi import Receive, Send, Wire, lifespan, read_request, send_result, send_wire
+from naiad.ray.local import build_service, local_repositories, sagemaker_options
+from naiad.ray.options import RayServeOptions
+
+log = logging.getLogger("naiad.ray")
+
+_AUTOMATIC = ("models are loaded on first use by the replica a request is routed to and unloaded when a replica "
+              "needs room (--max-models-per-replica): explicit {} is not available on Ray Serve")
+
+
+def _error(status: int, message: str) -> Wire:
+    return status, b"application/json", [], orjson.dumps({"error": message})
+
+
+class Ingress:
+    def __init__(self, model: Any, options: RayServeOptions) -> None:
+        self.model = model  # DeploymentHandle of the model deployment
+        self.options = options
+        self.scratch = Path(tempfile.mkdtemp(prefix="naiad-ray-ingress-"))
+        # Over the repositories themselves, in explicit mode with nothing loaded: the index lists every model a
+        # replica can load.
+        self.service = build_service(options, self.scratch, local_repositories(options.model_repositories))
+        sagemaker = sagemaker_options(options, self.scratch / "models")
+        self.http = Router(self.service)
+        self.sagemaker = SageMakerRouter(self.service, sagemaker)
+        self.default_model = options.default_model
+        self.handles: dict[str, Any] = {}  # one handle per model, made once
+
+    def __serve_build_asgi_app__(self) -> Any:  # Ray Serve's late-bound ASGI app
+        return _Asgi(self)
+
+    def route(self, method: bytes, path: str, headers: dict[bytes, bytes]) -> str | Wire | None:
+        """The model a request is about (forwarded), an answer (refused here), or None (answered here)."""
+        if path.startswith("/v2/"):
+            parts = path.split("/")
+            if parts[2] == "models" and len(parts) >= 4 and parts[3] and not (len(parts) == 4 and parts[3] == "stats"):
+                return unquote(parts[3])
+            if parts[2] == "repository" and len(parts) == 6 and parts[3] == "models" and method == b"POST":
+                if parts[5] == "load":
+                    return unquote(parts[4])
+                if parts[5] == "unload":
+                    return _error(400, _AUTOMATIC.format("unloading"))
+            return None
+        if path == "/invocations":
+            return self.default_model or None
+        if path.startswith("/endpoints/"):
+            target = headers.get(TARGET_MODEL)
+            if target is None and self.default_model:
+                headers[TARGET_MODEL] = target = self.default_model.encode()
+            return target.decode("utf-8", "replace") if target else None
+        if path.startswith("/models"):
+            if path.endswith("/invoke") and method == b"POST":
+                target = headers.get(TARGET_MODEL)
+                return target.decode("utf-8", "replace") if target else path.split("/")[2]
+            if method in (b"POST", b"DELETE"):
+                return _error(400, _AUTOMATIC.format("loading and unloading"))
+        return None
+
+    async def asgi(self, scope: dict[str, Any], receive: Receive, send: Send) -> None:
+        if scope["type"] == "lifespan":
+            await lifespan(receive, send)
+            return
+        if scope["type"] != "http":
+            return
+        method, path, headers, body = await read_request(scope, receive)
+        target = self.route(method, path, headers)
+        if target is None:
+            router = self.http if path.startswith("/v2") else self.sagemaker
+            await send_result(send, router.handle(method, path, headers, body))
+            return
+        if isinstance(target, tuple):
+            await send_wire(send, target)
+            return
+        await send_wire(send, await self.forward(target, method, path, headers, body))
+
+    async def forward(self, name: str, method: bytes, path: str, headers: dict[bytes, bytes], body: bytes) -> Wire:
+        handle = self.handles.get(name)
+        if handle is None:
+            handle = self.handles[name] = self.model.options(multiplexed_model_id=name)
+        from ray import exceptions
+
+        try:
+            return await handle.remote(method, path, headers, body)
+        except (exceptions.RayActorError, exceptions.ActorUnavailableError) as exc:
+            # The replica died (or became unreachable) with this request on it; Ray replaces the replica, and
+            # a retry goes to a live one.
+            log.warning("model '%s': replica lost: %s", name, exc)
+            return _error(503, f"the replica serving model '{name}' stopped while handling this request; "
+                               "retry (Ray Serve is replacing it)")
+        except Exception as exc:
+            from ray.serve.exceptions import BackPressureError
+
+            if isinstance(exc, BackPressureError):
+                return _error(503, f"model '{name}' is overloaded: every replica's queue is full; retry later")
+            raise
+
+
+class _Asgi:
+    """An ASGI 3 callable (servers tell ASGI 3 from 2 by an ``async def __call__``; a bound method reads as 2)."""
+
+    def __init__(self, ingress: Ingress) -> None:
+        self.ingress = ingress
+
+    async def __call__(self, scope: dict[str, Any], receive: Receive, send: Send) -> None:
+        await self.ingress.asgi(scope, receive, send)

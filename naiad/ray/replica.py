@@ -1,0 +1,176 @@
+"""The model deployment: each replica runs naiad's core service and both routers over it. Ray's multiplexing
+names the model (the request's multiplexed model id); the replica loads it on first use through SageMaker's
+residency (naiad's load path) and, beyond --max-models-per-replica, Ray evicts the least recently used one,
+which unloads it the same way (workers stopped, memory released).
+
+The ingress forwards the request's bytes and gets the encoded reply's bytes back: tensors are decoded and
+encoded once, here, and the crossing pickles only bytes (no NumPy arrays, no object arrays of BYTES).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import logging
+import os
+import re
+import shutil
+import tempfile
+from pathlib import Path
+
+import orjson
+
+from naiad.core.errors import InferError, not_found
+from naiad.frontends.http.routes import Reply, Router, error_reply
+from naiad.frontends.sagemaker.routes import SageMakerRouter
+from naiad.ray.asgi import Wire, to_wire
+from naiad.ray.local import build_service, local_repositories, sagemaker_options
+from naiad.ray.options import RayServeOptions
+from naiad.repository.layout import model_dirs
+from naiad.repository.residency import Residency
+
+log = logging.getLogger("naiad.ray")
+
+REPLICA_HEADER = b"x-naiad-replica"  # which replica answered
+RESIDENCY_HEADER = b"x-naiad-residency"  # hit: the model was loaded there already; load: loaded for this request
+_KEY = re.compile(r"[0-9A-Za-z._]+")  # what a residency key may be (a path component)
+
+
+class Loaded:
+    """A model as Ray's multiplexer holds it. Ray calls ``__del__`` (in a thread) when it evicts the model."""
+
+    def __init__(self, replica: "ModelReplica", name: str, key: str) -> None:
+        self.replica = replica
+        self.name = name
+        self.key = key
+        self.loop = asyncio.get_running_loop()
+        self.unloaded = False
+
+    def __del__(self) -> None:
+        if self.unloaded:
+            return
+        self.unloaded = True
+        if self.loop.is_closed():
+            return
+        unload = self.replica.unload(self)
+        try:
+            running = asyncio.get_running_loop()
+        except RuntimeError:
+            running = None
+        if running is self.loop:  # collected on the loop itself: no waiting here
+            self.loop.create_task(unload)
+            return
+        asyncio.run_coroutine_threadsafe(unload, self.loop).result(timeout=120)
+
+
+class ModelReplica:
+    def __init__(self, options: RayServeOptions) -> None:
+        from ray import serve
+
+        self.options = options
+        self.repositories = local_repositories(options.model_repositories)
+        self.scratch = Path(tempfile.mkdtemp(prefix="naiad-ray-replica-"))
+        self.service = build_service(options, self.scratch)
+        assert self.service.residency is not None
+        self.residency: Residency = self.service.residency
+        self.http = Router(self.service)
+        self.sagemaker = SageMakerRouter(self.service, sagemaker_options(options, self.scratch / "models"))
+        self.resident: dict[str, Loaded] = {}
+        self.id = _replica_id().encode()
+        # serve.multiplexed takes its limit when applied, and keeps its cache on the function it wraps: applied
+        # here, to a function of this replica's own.
+        async def load_naiad_model(name: str) -> Loaded:
+            return await self._load(name)
+
+        self._get = serve.multiplexed(max_num_models_per_replica=options.max_models_per_replica)(load_naiad_model)
+        from ray.serve import metrics
+
+        self.requests = metrics.Counter("naiad_ray_requests", "requests a replica served, by model and residency",
+                                        tag_keys=("model", "residency"))  # type: ignore[arg-type]
+        self.loads = metrics.Counter("naiad_ray_model_loads", "models loaded on a replica", tag_keys=("model",))
+        self.evictions = metrics.Counter("naiad_ray_model_evictions", "models a replica unloaded (LRU)",
+                                         tag_keys=("model",))
+
+    def find(self, name: str) -> Path | None:
+        for repository in self.repositories:
+            folder = model_dirs(repository).get(name)
+            if folder is not None:
+                return folder
+        return None
+
+    async def _load(self, name: str) -> Loaded:
+        folder = self.find(name)
+        if folder is None:
+            raise not_found(f"Request for unknown model: '{name}' is not found")
+        # SageMaker's layout, <root>/<key>/model, as a link to the repository's folder: residency registers it
+        # and loads the model under its own name.
+        key = name if _KEY.fullmatch(name) else hashlib.md5(name.encode()).hexdigest()
+        link = self.residency.models_root / key
+        shutil.rmtree(link, ignore_errors=True)
+        link.mkdir(parents=True)
+        (link / "model").symlink_to(folder, target_is_directory=True)
+        try:
+            await self.residency.load(key, str(link / "model"), name)
+        except BaseException:
+            shutil.rmtree(link, ignore_errors=True)
+            raise
+        loaded = self.resident[name] = Loaded(self, name, key)
+        self.loads.inc(tags={"model": name})
+        log.info("replica %s loaded model '%s'", self.id.decode(), name)
+        return loaded
+
+    async def unload(self, loaded: Loaded) -> None:
+        if self.resident.get(loaded.name) is loaded:
+            del self.resident[loaded.name]
+        try:
+            await self.residency.unload(loaded.key)
+        except InferError as exc:
+            log.warning("unloading model '%s': %s", loaded.name, exc.message)
+        shutil.rmtree(self.residency.models_root / loaded.key, ignore_errors=True)
+        self.evictions.inc(tags={"model": loaded.name})
+        log.info("replica %s unloaded model '%s'", self.id.decode(), loaded.name)
+
+    async def __call__(self, method: bytes, path: str, headers: dict[bytes, bytes], body: bytes) -> Wire:
+        from ray import serve
+
+        name = serve.get_multiplexed_model_id()
+        residency = b"-"
+        if name and (name in self.resident or self.find(name) is not None):  # the folder scan only on a miss
+            residency = b"hit" if name in self.resident else b"load"
+            try:
+                await self._get(name)
+            except InferError as exc:
+                if path.startswith("/v2"):  # else SageMaker's routes answer it in their own shape
+                    return self._tag(await to_wire(error_reply(exc)), residency)
+            self.requests.inc(tags={"model": name, "residency": residency.decode()})
+            if path.startswith("/v2/repository/models/"):  # a load: the model is resident here now
+                return self._tag((200, b"application/json", [], b""), residency)
+        router = self.http if path.startswith("/v2") else self.sagemaker
+        try:
+            result = router.handle(method, path, headers, body)
+        except Exception:
+            log.exception("unhandled error for %s", path)
+            result = Reply(500, orjson.dumps({"error": "internal server error"}))
+        return self._tag(await to_wire(result), residency)
+
+    def _tag(self, wire: Wire, residency: bytes) -> Wire:
+        wire[2].append((REPLICA_HEADER, self.id))
+        wire[2].append((RESIDENCY_HEADER, residency))
+        return wire
+
+    async def __del__(self) -> None:
+        # Ray Serve calls an async __del__ when it stops the replica: finalize every model's workers.
+        self.service.accepting = False
+        for loaded in list(self.resident.values()):
+            loaded.unloaded = True
+            await self.unload(loaded)
+        shutil.rmtree(self.scratch, ignore_errors=True)
+
+
+def _replica_id() -> str:
+    try:
+        from ray import serve
+
+        return str(serve.get_replica_context().replica_id.unique_id)
+    except Exception:  # outside a replica (unit use)
+        return f"pid{os.getpid()}"

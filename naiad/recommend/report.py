@@ -1,0 +1,265 @@
+"""What ``naiad recommend`` writes: the table (CSV, JSON), one PNG per figure with its data as CSV and JSON beside
+it, and an HTML page that puts them together."""
+
+from __future__ import annotations
+
+import csv
+import html
+import json
+from pathlib import Path
+from typing import Any
+
+from naiad.recommend.select import Row
+from naiad.recommend.sweep import Measured
+
+# The table's columns as printed (key, heading, format).
+COLUMNS: list[tuple[str, str, str]] = [
+    ("variant", "variant", "{}"),
+    ("max_invocations_per_minute", "max invocations/min", "{:.0f}"),
+    ("p50_ms", "p50 ms", "{:.2f}"),
+    ("p95_ms", "p95 ms", "{:.2f}"),
+    ("p99_ms", "p99 ms", "{:.2f}"),
+    ("sla_invocations_per_minute", "invocations/min within SLA", "{:.0f}"),
+    ("sla_p95_ms", "p95 ms there", "{:.2f}"),
+    ("cpu_cores", "CPU cores", "{:.2f}"),
+    ("memory_mb_peak", "memory MB (peak)", "{:.0f}"),
+    ("setup_s", "setup s", "{:.2f}"),
+    ("load_duration_s", "model load s", "{:.3f}"),
+    ("cost_per_hour", "cost/hour", "${:.3f}"),
+    ("cost_per_million", "cost/1M inferences", "${:.4f}"),
+    ("stop_reason", "stopped by", "{}"),
+]
+
+
+def cell(row: Row, key: str, fmt: str) -> str:
+    value = getattr(row, key)
+    if value is None or value == "":
+        return "failed" if key == "max_invocations_per_minute" and row.status == "failed" else "-"
+    return fmt.format(value)
+
+
+def columns(rows: list[Row], sla: bool, price: bool) -> list[tuple[str, str, str]]:
+    skip = set() if sla else {"sla_invocations_per_minute", "sla_p95_ms"}
+    if not price:
+        skip |= {"cost_per_hour", "cost_per_million"}
+    if all(r.load_duration_s is None for r in rows):
+        skip.add("load_duration_s")
+    if all(r.stop_reason in ("", "completed") for r in rows):
+        skip.add("stop_reason")   # every pattern ran to its end
+    return [c for c in COLUMNS if c[0] not in skip]
+
+
+def text_table(rows: list[Row], sla: bool, price: bool) -> str:
+    cols = columns(rows, sla, price)
+    cells = [[heading for _, heading, _ in cols]] + [[cell(r, k, f) for k, _, f in cols] for r in rows]
+    widths = [max(len(line[i]) for line in cells) for i in range(len(cols))]
+    lines = ["  ".join(c.ljust(w) if i == 0 else c.rjust(w) for i, (c, w) in enumerate(zip(line, widths)))
+             for line in cells]
+    return "\n".join([lines[0], "  ".join("-" * w for w in widths), *lines[1:]])
+
+
+def markdown_table(rows: list[Row], sla: bool, price: bool, winner: str | None = None) -> str:
+    """The table for a README or a pull request, the winner in bold."""
+    cols = columns(rows, sla, price)
+    lines = ["| " + " | ".join(h for _, h, _ in cols) + " |", "|" + "---|" * len(cols)]
+    for r in rows:
+        cells = [cell(r, k, f) for k, _, f in cols]
+        if r.variant == winner:
+            cells[0] = f"**{cells[0]}**"
+        lines.append("| " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
+def _write_data(out: Path, name: str, records: list[dict[str, Any]]) -> None:
+    """``name.csv`` and ``name.json`` holding the same records."""
+    (out / f"{name}.json").write_text(json.dumps(records, indent=2) + "\n", encoding="utf-8")
+    with open(out / f"{name}.csv", "w", newline="", encoding="utf-8") as f:
+        if records:
+            writer = csv.DictWriter(f, fieldnames=list(records[0]))
+            writer.writeheader()
+            writer.writerows(records)
+
+
+def curve_records(results: list[Measured]) -> list[dict[str, Any]]:
+    records = []
+    for m in results:
+        if m.traffic is None:
+            continue
+        for step, level in enumerate(m.traffic.levels, 1):
+            lat = level.latency_us
+            records.append({
+                "variant": m.variant.label, "slug": m.variant.slug, "step": step,
+                "concurrency": level.concurrency, "request_rate": level.request_rate,
+                "requests": level.requests, "errors": level.errors, "stable": level.stable,
+                "throughput": level.throughput,
+                **{f"{k}_ms": (lat[k] / 1000.0 if k in lat else None) for k in ("avg", "p50", "p90", "p95", "p99",
+                                                                               "max")},
+            })
+    return records
+
+
+def _value_labels(ax: Any, fmt: str) -> None:
+    """Each bar's value at its end (the first container: the main bars)."""
+    if ax.containers:
+        ax.bar_label(ax.containers[0], labels=[fmt.format(b.get_width()) for b in ax.containers[0]], fontsize=7,
+                     padding=3)
+        ax.margins(x=0.15)
+
+
+def _legend_below(ax: Any) -> None:
+    """Under the axes, clear of the bars."""
+    ax.legend(fontsize=8, loc="upper center", bbox_to_anchor=(0.5, -0.15), ncol=2, frameon=False)
+
+
+def _figures(out: Path, rows: list[Row], curves: list[dict[str, Any]], sla_p95_ms: float | None) -> list[str]:
+    import matplotlib
+
+    matplotlib.use("Agg")   # files only, never a display
+    import matplotlib.pyplot as plt
+
+    written = []
+    measured = [r for r in rows if r.status == "measured"]
+
+    fig, ax = plt.subplots(figsize=(8, 5))
+    for r in measured:
+        # in the order the load rose, so a level where throughput fell shows as the curve turning back
+        points = [c for c in curves if c["slug"] == r.slug and c["requests"]]
+        if points:
+            line, = ax.plot([c["throughput"] for c in points], [c["p95_ms"] for c in points], marker="o",
+                            label=r.variant)
+            for c in points:
+                load = f"c{c['concurrency']}" if c["concurrency"] is not None else f"{c['request_rate']:g}/s"
+                ax.annotate(load, (c["throughput"], c["p95_ms"]), textcoords="offset points", xytext=(4, 4),
+                            fontsize=7, color=line.get_color())
+    if sla_p95_ms is not None:
+        ax.axhline(sla_p95_ms, color="red", linestyle="--", linewidth=1, label=f"SLA p95 {sla_p95_ms:g} ms")
+    ax.set_xlabel("throughput (inferences/s)")
+    ax.set_ylabel("p95 latency (ms)")
+    ax.set_title("Throughput vs p95 latency, one point per load level")
+    ax.grid(True, alpha=0.3)
+    if ax.get_legend_handles_labels()[0]:
+        ax.legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(out / "curves.png", dpi=100)
+    plt.close(fig)
+    written.append("curves")
+
+    labels = [r.variant for r in measured]
+    fig, ax = plt.subplots(figsize=(8, 4.5))
+    ax.barh(labels, [r.max_invocations_per_minute or 0.0 for r in measured], color="tab:blue", label="max")
+    if sla_p95_ms is not None:
+        ax.barh(labels, [r.sla_invocations_per_minute or 0.0 for r in measured], color="tab:green", height=0.4,
+                label=f"within SLA (p95 <= {sla_p95_ms:g} ms)")
+        _legend_below(ax)
+    _value_labels(ax, "{:,.0f}")
+    ax.set_xlabel("invocations per minute")
+    ax.set_title("Max throughput per variant")
+    ax.invert_yaxis()
+    fig.tight_layout()
+    fig.savefig(out / "max_throughput.png", dpi=100)
+    plt.close(fig)
+    written.append("max_throughput")
+
+    if measured and measured[0].cost_per_hour is not None:
+        fig, ax = plt.subplots(figsize=(8, 4.5))
+        ax.barh(labels, [r.cost_per_million or 0.0 for r in measured], color="tab:orange", label="at max throughput")
+        if sla_p95_ms is not None:
+            ax.barh(labels, [r.sla_cost_per_million or 0.0 for r in measured], color="tab:purple", height=0.4,
+                    label="at the SLA throughput")
+            _legend_below(ax)
+        _value_labels(ax, "${:.4f}")
+        ax.set_xlabel(f"USD per million inferences (instance at ${measured[0].cost_per_hour:g}/hour)")
+        ax.set_title("Cost per million inferences")
+        ax.invert_yaxis()
+        fig.tight_layout()
+        fig.savefig(out / "cost.png", dpi=100)
+        plt.close(fig)
+        written.append("cost")
+    return written
+
+
+def write(out: Path, summary: dict[str, Any], rows: list[Row], results: list[Measured],
+          sla_p95_ms: float | None, price_per_hour: float | None) -> list[str]:
+    """Every file of the report; returns the figures' names."""
+    out.mkdir(parents=True, exist_ok=True)
+    table = [r.as_dict() for r in rows]
+    _write_data(out, "recommendations", table)
+    (out / "recommendations.md").write_text(
+        markdown_table(rows, sla_p95_ms is not None, price_per_hour is not None, summary.get("winner")) + "\n",
+        encoding="utf-8")
+    (out / "summary.json").write_text(json.dumps({**summary, "variants": table}, indent=2) + "\n",
+                                      encoding="utf-8")
+    curves = curve_records(results)
+    _write_data(out, "curves", curves)
+    _write_data(out, "max_throughput", [
+        {"variant": r.variant, "max_invocations_per_minute": r.max_invocations_per_minute,
+         "max_throughput": r.max_throughput, "sla_invocations_per_minute": r.sla_invocations_per_minute,
+         "sla_throughput": r.sla_throughput}
+        for r in rows if r.status == "measured"])
+    if price_per_hour is not None:
+        _write_data(out, "cost", [
+            {"variant": r.variant, "cost_per_hour": r.cost_per_hour, "cost_per_million": r.cost_per_million,
+             "sla_cost_per_million": r.sla_cost_per_million} for r in rows if r.status == "measured"])
+    figures = _figures(out, rows, curves, sla_p95_ms)
+    (out / "report.html").write_text(_html(summary, rows, figures, sla_p95_ms, price_per_hour), encoding="utf-8")
+    return figures
+
+
+def _pinned(words: str, cpus: list[int] | None) -> str:
+    return f" {words} {','.join(map(str, cpus))}" if cpus else ""
+
+
+_CAPTIONS = {
+    "curves": "Throughput vs p95 latency per variant, one point per load level",
+    "max_throughput": "Max invocations per minute per variant",
+    "cost": "Cost per million inferences",
+}
+
+
+def _html(summary: dict[str, Any], rows: list[Row], figures: list[str], sla_p95_ms: float | None,
+          price_per_hour: float | None) -> str:
+    e = html.escape
+    cols = columns(rows, sla_p95_ms is not None, price_per_hour is not None)
+    head = "".join(f"<th>{e(h)}</th>" for _, h, _ in cols)
+    winner = summary.get("winner")
+    body = "".join(
+        f"<tr{' class=winner' if r.variant == winner else ''}>"
+        + "".join(f"<td>{e(cell(r, k, f))}</td>" for k, _, f in cols) + "</tr>" for r in rows)
+    failed = "".join(f"<li><b>{e(r.variant)}</b>: <pre>{e(r.error)}</pre></li>" for r in rows if r.error)
+    skipped = "".join(f"<li><b>{e(label)}</b>: {e(why)}</li>" for label, why in summary.get("skipped", []))
+    images = "".join(f'<figure><img src="{name}.png" alt="{e(_CAPTIONS[name])}"><figcaption>{e(_CAPTIONS[name])}'
+                     f' (data: <a href="{name}.csv">CSV</a>, <a href="{name}.json">JSON</a>)</figcaption></figure>'
+                     for name in figures)
+    notes = "".join(f"<li>{e(line)}</li>" for line in summary.get("notes", []))
+    config = summary.get("winner_config") or ""
+    return f"""<!doctype html>
+<html><head><meta charset="utf-8"><title>naiad recommend: {e(summary['model'])}</title>
+<style>
+body {{ font-family: sans-serif; margin: 2em; max-width: 72em; }}
+table {{ border-collapse: collapse; }} td, th {{ border: 1px solid #ccc; padding: .3em .6em; text-align: right; }}
+td:first-child, th:first-child {{ text-align: left; }} tr.winner {{ background: #e6f4e6; font-weight: bold; }}
+pre {{ background: #f6f6f6; padding: .6em; overflow-x: auto; }} img {{ max-width: 100%; }}
+</style></head><body>
+<h1>naiad recommend: {e(summary['model'])}</h1>
+<p><b>Recommendation:</b> {e(summary['reason'])}</p>
+<p>Server: <code>{e(summary['server'])}</code>{_pinned("on cores", summary.get("server_cpus"))}. Load:
+{e(summary['protocol'])}, generator on the same machine ({summary['machine']['cpus']} CPUs)
+{_pinned("on cores", summary.get("bench_cpus"))}. CPU and memory are the server's process tree (model processes
+included), memory as proportional set size; CPU cores is CPU seconds per second over the whole run.</p>
+<h2>Variants</h2>
+<table><tr>{head}</tr>{body}</table>
+<p>Data: <a href="recommendations.csv">CSV</a>, <a href="recommendations.json">JSON</a>,
+<a href="recommendations.md">Markdown</a>, <a href="summary.json">summary</a>. p50 / p95 / p99 are at the level
+of max invocations; the SLA columns at the busiest level whose p95 meets the SLA.</p>
+{f"<h3>Notes</h3><ul>{notes}</ul>" if notes else ""}
+{f"<h3>Skipped</h3><ul>{skipped}</ul>" if skipped else ""}
+{f"<h3>Failed</h3><ul>{failed}</ul>" if failed else ""}
+<h2>Figures</h2>
+{images}
+{"" if price_per_hour is not None else "<p>No cost figure: no --price-per-hour given.</p>"}
+<h2>Recommended config.pbtxt</h2>
+<pre>{e(config) if config else "none"}</pre>
+<h2>Traffic pattern</h2>
+<pre>{e(json.dumps({"TrafficPattern": summary['traffic'], "StoppingConditions": summary['stopping']}, indent=2))}</pre>
+</body></html>
+"""

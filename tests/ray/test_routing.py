@@ -1,0 +1,132 @@
+"""Model-aware routing: 2 replicas holding at most 2 models each, a trace over 4 models. After warm-up each
+model is answered by the replica that holds it (Ray's multiplexing), and a replica beyond its limit unloads
+its least recently used model through naiad's unload path."""
+
+from __future__ import annotations
+
+import importlib
+import json
+import random
+import shutil
+from collections import Counter, defaultdict
+from pathlib import Path
+
+import pytest
+
+pytest.importorskip("ray.serve")  # every test here runs on Ray Serve
+
+from naiad.ray.application import MODELS, build
+from naiad.ray.options import RayServeOptions
+from tests.ray.conftest import APP, Cluster, running_replicas, wait_for
+from tests.ray.test_serve import ADD_SUB, request
+from tests.server import EXAMPLES
+
+NAMES = ["m0", "m1", "m2", "m3"]
+
+
+def copies(root: Path, names: list[str]) -> Path:
+    """The example add_sub model under several names."""
+    for name in names:
+        shutil.copytree(EXAMPLES / "add_sub", root / name, ignore=shutil.ignore_patterns("__pycache__"))
+        config = root / name / "config.pbtxt"
+        config.write_text(config.read_text().replace('name: "add_sub"', f'name: "{name}"'))
+    return root
+
+
+def infer(cluster: Cluster, name: str) -> tuple[str, str]:
+    status, body, headers = request(cluster.url, "POST", f"/v2/models/{name}/infer", json.dumps(ADD_SUB).encode())
+    assert status == 200, body
+    assert json.loads(body)["model_name"] == name
+    return headers["x-naiad-replica"], headers["x-naiad-residency"]
+
+
+def test_each_model_served_by_the_replica_holding_it(cluster: Cluster, tmp_path: Path) -> None:
+    from ray import serve
+
+    repository = copies(tmp_path / "repo", NAMES)
+    options = RayServeOptions(model_repositories=[str(repository)], min_replicas=2, max_replicas=2,
+                              max_models_per_replica=2, replica_num_cpus=0.5)
+    serve.run(build(options), name=APP, route_prefix="/")
+    try:
+        assert running_replicas(MODELS) == 2
+        # Warm-up: every model once, a little apart, so each replica reports what it loaded before the next
+        # model is placed.
+        for name in NAMES:
+            infer(cluster, name)
+        rng = random.Random(13)
+        trace = [rng.choice(NAMES) for _ in range(80)]
+        served: dict[str, Counter] = defaultdict(Counter)
+        outcomes: Counter = Counter()
+        for name in trace:
+            replica, residency = infer(cluster, name)
+            served[name][replica] += 1
+            outcomes[residency] += 1
+        hit_ratio = outcomes["hit"] / len(trace)
+        placement = {name: dict(counts) for name, counts in sorted(served.items())}
+        print(f"\nrouting hit ratio after warm-up: {hit_ratio:.3f} ({outcomes['hit']}/{len(trace)}); "
+              f"replicas per model: {placement}")
+        assert hit_ratio >= 0.9
+        # Each model stayed on one replica, and the two replicas split the four models.
+        assert sum(max(counts.values()) for counts in served.values()) >= 0.9 * len(trace)
+        assert len({counts.most_common(1)[0][0] for counts in served.values()}) == 2
+        # Every replica's counts, through Ray's metrics export.
+        replicas = {replica for counts in served.values() for replica in counts}
+        wait_for(lambda: replicas <= _exported_replicas(cluster), 30, "both replicas' metrics")
+    finally:
+        serve.delete(APP)
+    wait_for(lambda: running_replicas(MODELS) == 0, 30, "the replicas to stop")
+
+
+def test_least_recently_used_model_is_unloaded(cluster: Cluster, tmp_path: Path) -> None:
+    """One replica, room for 2 models, 3 used in turn: the third load unloads the first (its worker process
+    stops), and using the first again loads it again."""
+    from ray import serve
+
+    repository = copies(tmp_path / "repo", NAMES[:3])
+    # Deployed as `serve run naiad.ray:app key=value ...` does: the builder found by its import path, text args.
+    builder = getattr(importlib.import_module("naiad.ray"), "app")
+    serve.run(builder({"model_repository": str(repository), "max_models_per_replica": "2",
+                       "replica_num_cpus": "0.5"}), name=APP, route_prefix="/")
+    try:
+        assert [infer(cluster, name)[1] for name in ("m0", "m1", "m0")] == ["load", "load", "hit"]
+        before = _model_workers()
+        assert before  # the two models' Python worker processes, children of the replica
+        assert [infer(cluster, name)[1] for name in ("m2", "m0", "m1")] == ["load", "hit", "load"]
+        # m2 evicted m1 (least recently used), then m1 evicted m2: each eviction stopped the model's workers,
+        # so the replica never holds more than two models' worth, and m1's first workers are gone.
+        def settled() -> bool:
+            now = _model_workers()
+            return len(now) == len(before) and bool(before - now)
+
+        wait_for(settled, 10, "the evicted models' workers to stop")
+        assert request(cluster.url, "POST", "/v2/repository/models/m0/unload")[0] == 400  # automatic here
+        status, _, headers = request(cluster.url, "POST", "/v2/repository/models/m2/load")  # made resident
+        assert (status, headers["x-naiad-residency"]) == (200, "load")
+        assert infer(cluster, "m2")[1] == "hit"
+        status, body, _ = request(cluster.url, "POST", "/v2/repository/index")
+        assert status == 200 and [row["name"] for row in json.loads(body)] == NAMES[:3]
+    finally:
+        serve.delete(APP)
+
+
+def _exported_replicas(cluster: Cluster) -> set[str]:
+    """Replicas with a naiad_ray_requests_total{residency="hit"} line on Ray's metrics export."""
+    import re
+    import urllib.request
+
+    text = urllib.request.urlopen(f"http://127.0.0.1:{cluster.metrics_port}/metrics", timeout=10).read().decode()
+    return {match.group(1) for line in text.splitlines()
+            if line.startswith("ray_naiad_ray_requests_total{") and 'residency="hit"' in line
+            for match in [re.search(r'replica="([^"]+)"', line)] if match}
+
+
+def _model_workers() -> set[int]:
+    """PIDs of naiad's Python model workers started by the model replicas on this machine."""
+    import psutil
+
+    workers = set()
+    for process in psutil.process_iter(["cmdline"]):
+        if any("NaiadModels" in part for part in process.info["cmdline"] or ()):
+            workers |= {child.pid for child in process.children()
+                        if "naiad.backends.python.worker" in " ".join(child.cmdline())}
+    return workers
