@@ -23,13 +23,15 @@ class Execution:
 
     ``failed`` marks an execution that raised: Triton counts its requests as failures, while a
     response that merely carries the model's own error still counts as a completed inference.
+    ``failed="CANCELED"``: the backend did not run it, every request in it having been cancelled
+    before it started (counted as a scheduler counts the requests it drops unrun).
     """
 
     responses: list[InferResponse]
     input_ns: int = 0
     infer_ns: int = 0
     output_ns: int = 0
-    failed: bool = False
+    failed: bool | str = False
 
 
 ExecuteResult = Union[Execution, Awaitable[Execution]]

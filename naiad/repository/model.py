@@ -32,7 +32,7 @@ def make_scheduler(config: ModelConfig, loaded: LoadedVersion, stats: ModelStats
     """Triton's choice: the sequence batcher, else the dynamic batcher, else the default scheduler; an ensemble
     runs its steps on the composing models that ``resolve`` finds."""
     if config.platform == ENSEMBLE_PLATFORM and resolve is not None:
-        return EnsembleScheduler(config, resolve, stats)
+        return EnsembleScheduler(config, resolve, stats, loaded)
     if config.HasField("sequence_batching"):
         return SequenceBatcher(config, loaded.instances, stats, limiter, sequence_spec(config, model_dir))
     if config.HasField("dynamic_batching"):

@@ -81,7 +81,7 @@ class DynamicBatcher:
         self._ordered = batching.preserve_ordering and len(instances) > 1
         self._next_batch = 0
         self._next_release = 0
-        self._finished: dict[int, tuple[list[InferRequest], list[Done], list[InferResponse], bool]] = {}
+        self._finished: dict[int, tuple[list[InferRequest], list[Done], list[InferResponse], bool | str]] = {}
 
     @property
     def pending(self) -> int:

@@ -6,6 +6,10 @@ completions arrive as future callbacks, so an ensemble request costs no task of 
 
 A failed step fails the request with Triton's ``in ensemble '<name>', ...`` prefix; the response goes out
 once the steps already running have finished, as Triton waits for them too.
+
+An ensemble request whose client goes away starts no further step (Triton passes the cancellation on to the
+next steps, which then don't run) and cancels the steps in flight: a step still queued in its model is dropped
+unrun, a running one sees ``is_cancelled()``. It is counted as a failure for the CANCELED reason.
 """
 
 from __future__ import annotations
@@ -20,7 +24,7 @@ import numpy as np
 
 from naiad.backends.base import LoadedVersion
 from naiad.config import ModelConfig
-from naiad.core.errors import InferError, internal, invalid
+from naiad.core.errors import Code, InferError, internal, invalid
 from naiad.core.request import InferRequest, InferResponse, log_prefix
 from naiad.core.stats import ModelStats
 from naiad.core.tracing import Trace
@@ -45,6 +49,11 @@ class EnsembleVersion(LoadedVersion):
 
     def __init__(self) -> None:
         self.instances = []
+        self.scheduler: EnsembleScheduler | None = None  # set by the scheduler made for this version
+
+    def cancel(self, request: InferRequest) -> None:
+        if self.scheduler is not None:
+            self.scheduler.cancel(request)
 
 
 class _Step:
@@ -60,7 +69,10 @@ class _Step:
 
 
 class EnsembleScheduler:
-    def __init__(self, config: ModelConfig, resolve: Resolve, stats: ModelStats) -> None:
+    def __init__(self, config: ModelConfig, resolve: Resolve, stats: ModelStats,
+                 loaded: LoadedVersion | None = None) -> None:
+        if isinstance(loaded, EnsembleVersion):
+            loaded.scheduler = self  # its cancel() reaches the requests in flight here
         self.name = config.name
         self.steps = [_Step(i, s) for i, s in enumerate(config.ensemble_scheduling.step)]
         self.output_names = [o.name for o in config.output]
@@ -68,6 +80,7 @@ class EnsembleScheduler:
         self._resolve = resolve
         self._stats = stats
         self._running = 0
+        self._contexts: dict[InferRequest, _Context] = {}  # the requests in flight (by identity)
         # Which steps may start once a tensor appears.
         self._consumers: dict[str, list[_Step]] = {}
         for step in self.steps:
@@ -83,11 +96,19 @@ class EnsembleScheduler:
 
     def enqueue(self, request: InferRequest, done: Done) -> None:
         self._running += 1
-        _Context(self, request, done).start()
+        context = self._contexts[request] = _Context(self, request, done)
+        context.start()
 
-    def finished(self, request: InferRequest, response: InferResponse, failed: bool, started_ns: int,
+    def cancel(self, request: InferRequest) -> None:
+        """The client of ``request`` went away."""
+        context = self._contexts.get(request)
+        if context is not None:
+            context.cancel()
+
+    def finished(self, request: InferRequest, response: InferResponse, failed: bool | str, started_ns: int,
                  done: Done) -> None:
         self._running -= 1
+        self._contexts.pop(request, None)
         if not failed:
             # The ensemble has no compute phases of its own: Triton sums its steps'; the wall time the steps
             # took stands in for that sum here.
@@ -107,6 +128,7 @@ class _Context:
         "done",
         "error",
         "failed_step",
+        "futures",
         "in_flight",
         "request",
         "scheduler",
@@ -122,6 +144,7 @@ class _Context:
         self.tensors: dict[str, np.ndarray] = {}
         self.started: set[int] = set()
         self.in_flight = 0
+        self.futures: set[asyncio.Future[InferResponse]] = set()  # the steps in flight
         self.error: InferError | None = None
         self.failed_step: _Step | None = None
         self.started_ns = time.perf_counter_ns()
@@ -170,12 +193,21 @@ class _Context:
             self._fail(step, internal(f"{type(exc).__name__}: {exc}"))
             return
         self.in_flight += 1
+        self.futures.add(future)
         future.add_done_callback(partial(self._step_done, step))
         if request.trace is not None:
             future.add_done_callback(partial(_trace_end, request.trace))
 
+    def cancel(self) -> None:
+        """No step starts from now on; those in flight are cancelled (their models drop or stop them)."""
+        if self.error is None:
+            self.error = InferError("Request was cancelled", Code.CANCELLED)
+        for future in list(self.futures):
+            future.cancel()  # its done-callback (_step_done) follows on the loop
+
     def _step_done(self, step: _Step, future: asyncio.Future[InferResponse]) -> None:
         self.in_flight -= 1
+        self.futures.discard(future)
         if self.error is None:
             if future.cancelled():
                 self._fail(step, internal("the step was cancelled"))
@@ -221,7 +253,8 @@ class _Context:
                 message = f"step {step.index} (model '{step.model_name}'): {message}"
             error = InferError(f"in ensemble '{scheduler.name}', {message}", self.error.code)
             response = InferResponse(request.model_name, "", request.id, error=error)
-            scheduler.finished(request, response, True, self.started_ns, self.done)
+            failed = "CANCELED" if request.cancelled else True
+            scheduler.finished(request, response, failed, self.started_ns, self.done)
             return
         outputs = {n: self.tensors[n] for n in scheduler.output_names}
         response = InferResponse(request.model_name, "", request.id, outputs)

@@ -75,13 +75,15 @@ def record(stats: ModelStats, requests: list[InferRequest], result: Execution, s
            batch_size: int | None = None) -> None:
     """Triton's accounting for one execution: the batch (``batch_size`` counts padding requests too, as the
     backend reports them), and, for requests that completed, their queue and compute times."""
+    if result.failed == "CANCELED":  # the backend dropped it unrun, as drop_cancelled does: no execution
+        return
     inferences = 0
     for r in requests:
         inferences += r.batch_size or 1
         if r.trace is not None:
             _trace_compute(r, result, started_ns)
     stats.record_execution(inferences if batch_size is None else batch_size, result.input_ns, result.infer_ns,
-                           result.output_ns, result.failed, inferences)
+                           result.output_ns, bool(result.failed), inferences)
     if result.failed:
         _log_failure(requests, result)
     else:

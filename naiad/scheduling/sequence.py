@@ -11,6 +11,12 @@ backlog. A sequence idle for ``max_sequence_idle_microseconds`` loses its slot.
 The model sees the control inputs (START / END / READY / CORRID) and the implicit state inputs added to each
 request; a state output it returns becomes the sequence's next state (and leaves the response unless the
 config also declares it as an output).
+
+Cancellation, as Triton's: a sequence whose next request was cancelled (its client went away) is force-ended
+when that request's turn comes. Neither it nor the requests queued behind it run; each is answered CANCELLED
+(counted for the CANCELED reason), the slot goes to the backlog, and a later request with that correlation id
+must START a new sequence. A backlogged sequence holding a cancelled request is dropped the same way when a slot
+would go to it.
 """
 
 from __future__ import annotations
@@ -28,7 +34,7 @@ from naiad.core.errors import invalid
 from naiad.core.request import InferRequest
 from naiad.core.stats import ModelStats
 from naiad.scheduling.dynamic import BatchKey
-from naiad.scheduling.execution import Done, now_ns, record, run
+from naiad.scheduling.execution import Done, drop_cancelled, now_ns, record, run
 from naiad.scheduling.rate_limiter import RateLimiter
 
 log = logging.getLogger("naiad.scheduling")
@@ -164,13 +170,35 @@ class SequenceBatcher:
             return
         lane.slots[sequence.slot] = None
         sequence.lane = None
-        if self._sequences.get(sequence.corrid) is sequence:
-            del self._sequences[sequence.corrid]
-        if self._backlog:
+        self._forget(sequence)
+        while self._backlog:
             waiting = self._backlog.popleft()
+            if any(request.cancelled for request, _ in waiting.queue):
+                self._cancel(waiting)  # Triton drops a backlogged sequence with a cancelled request whole
+                continue
             self._assign(waiting)  # a slot was just freed, so this succeeds
             if waiting.queue and waiting.lane is not None:
                 self._wake(waiting.lane)
+            return
+
+    def _forget(self, sequence: Sequence) -> None:
+        """Its correlation id no longer names it: a later request with that id must START a new sequence."""
+        if self._sequences.get(sequence.corrid) is sequence:
+            del self._sequences[sequence.corrid]
+
+    def _cancel(self, sequence: Sequence) -> None:
+        """Force-end a sequence because a request of it was cancelled: what it has queued is answered CANCELLED
+        without running (none of it runs while the lane is idle), and its slot is released."""
+        queue, sequence.queue = sequence.queue, deque()
+        self._queued -= len(queue)
+        log.debug("sequence %s of model '%s' was cancelled: ending it", sequence.corrid, self._model)
+        if sequence.lane is not None:
+            self._release(sequence)
+        else:
+            self._forget(sequence)
+        for request, done in queue:
+            request.cancelled = True  # those behind the cancelled one go with it
+            drop_cancelled(request, done)
 
     def _wake(self, lane: Lane) -> None:
         if not lane.soon and self._loop is not None:
@@ -204,6 +232,9 @@ class SequenceBatcher:
         lane.soon = False
         if lane.busy:
             return
+        for sequence in list(lane.slots):
+            if sequence is not None and sequence.queue and sequence.queue[0][0].cancelled:
+                self._cancel(sequence)
         ready = [s for s in lane.slots if s is not None and s.queue]
         if not ready:
             return

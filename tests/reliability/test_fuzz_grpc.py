@@ -33,9 +33,6 @@ def server(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFact
 
 def test_grpc_fuzz_answers_every_case_cleanly(server: RunningServer) -> None:
     cases = fuzz_grpc.generate(SEED, CASES)
-    if server.engine == "grpcio":  # type: ignore[attr-defined]
-        # Unparsable protobuf on grpc.aio is a known fault with its own (xfail) test below.
-        cases = [c for c in cases if c.kind not in ("protobuf-bytes", "stream-bytes")]
     outcomes, health = fuzz_grpc.run(server.grpc_url, cases, alive=lambda: server.proc.poll() is None)
     problems = [f"{o.problem}\n    {o.case.describe()}" for o in outcomes if o.problem]
     assert not health, "\n".join(health) + "\n" + server.log()[-3000:]
@@ -44,21 +41,30 @@ def test_grpc_fuzz_answers_every_case_cleanly(server: RunningServer) -> None:
     assert codes[grpc.StatusCode.OK] and codes[grpc.StatusCode.INVALID_ARGUMENT] and codes[grpc.StatusCode.NOT_FOUND]
 
 
-# Triton answers a message that does not parse with INTERNAL "Unable to parse request"; grpc.aio ends the call with
-# UNKNOWN "Unexpected <class 'DecodeError'>" (and logs a traceback per call) because the deserializer that raises
-# is naiad's (naiad/frontends/grpc/server.py's _unary), which grpc.aio does not map as sync grpcio does.
+# Triton answers a message that does not parse with INTERNAL "Unable to parse request", in a stream too (which then
+# ends). (grpc.aio on its own would end the call UNKNOWN "Unexpected <class 'DecodeError'>" and log a traceback.)
 UNPARSABLE = b"\x0a\xff\xff\xff\x0f\x0a\x04echo"
 
 
 @pytest.mark.parametrize("method", ["ModelInfer", "ServerLive", "ModelMetadata", "RepositoryModelLoad"])
-def test_unparsable_protobuf_is_internal_as_triton_answers(server: RunningServer, method: str,
-                                                          request: pytest.FixtureRequest) -> None:
-    if server.engine == "grpcio":  # type: ignore[attr-defined]
-        request.applymarker(pytest.mark.xfail(strict=True, reason="grpc.aio answers UNKNOWN for a request its "
-                                              "deserializer can't parse (reported)"))
+def test_unparsable_protobuf_is_internal_as_triton_answers(server: RunningServer, method: str) -> None:
+    logged = len(server.log())
     with grpc.insecure_channel(server.grpc_url) as channel:
         call = channel.unary_unary(fuzz_grpc.SERVICE + method, request_serializer=None, response_deserializer=None)
         with pytest.raises(grpc.RpcError) as info:
             call(UNPARSABLE, timeout=10)
     assert info.value.code() == grpc.StatusCode.INTERNAL
-    assert info.value.details() in fuzz_grpc.TRITON_INTERNAL
+    assert info.value.details() == "Unable to parse request"
+    assert "Traceback" not in server.log()[logged:]
+
+
+def test_an_unparsable_stream_message_ends_the_stream_as_triton_does(server: RunningServer) -> None:
+    logged = len(server.log())
+    with grpc.insecure_channel(server.grpc_url) as channel:
+        stream = channel.stream_stream(fuzz_grpc.SERVICE + "ModelStreamInfer", request_serializer=None,
+                                       response_deserializer=None)
+        with pytest.raises(grpc.RpcError) as info:
+            list(stream(iter([UNPARSABLE]), timeout=10))
+    assert info.value.code() == grpc.StatusCode.INTERNAL
+    assert info.value.details() == "Unable to parse request"
+    assert "Traceback" not in server.log()[logged:]

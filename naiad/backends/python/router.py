@@ -226,8 +226,11 @@ class Router:
             return
         t0 = time.perf_counter_ns()
         requests = pending.requests
+        failed: bool | str = error is not None
         if error is not None:
             failure = _error(*error)
+            if failure.code is Code.CANCELLED:  # the worker skipped it: all its requests were cancelled first
+                failed = "CANCELED"
             answers = [self.error(r, failure) for r in requests]
             if pending.open is not None:
                 for index, request in enumerate(requests):
@@ -246,7 +249,7 @@ class Router:
         if done is not None:
             pending.done = None
             done(Execution(answers, pending.input_ns + input_ns, infer_ns, output_ns + time.perf_counter_ns() - t0,
-                           failed=error is not None))
+                           failed=failed))
 
     @reads(M.Stream)
     def _streamed(self, kind: int, tag: int, request_index: int, response: tuple | None, flags: int) -> None:

@@ -6,6 +6,14 @@ task so many overlap. Calls that leave the model (BLS, response senders, logs, m
 the server. A blocking call made on the loop thread (``exec()`` inside a sync ``execute``) reads the
 channel itself until its answer arrives, deferring new executions meanwhile.
 
+Cancellation. A sync worker may hold several executions at once (the server pipelines them, see backend.py's
+``pipeline-depth``), so a request whose client went away may wait here rather than in the server's queue. After
+an execution that took long enough for a client to give up (``HOLD_BELOW_NS`` or more), the worker reads what
+else has arrived before it starts the next one; an execution whose requests were all cancelled by then is
+answered CANCELLED without running (the server counts it as its scheduler counts a dropped request), one with
+only some cancelled runs with ``is_cancelled()`` true for those. Behind quick executions it doesn't look: a
+system call per execution would cost a pipelined round trip ~15 %, and running a quick one for nobody costs little.
+
 The messages are ``messages.py``'s; the handshake (INIT in, HELLO out, both JSON) picks the codec for the
 rest, so a worker on another Python version than the server's still talks to it.
 """
@@ -38,6 +46,9 @@ FINAL = pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL
 _InferenceRequest, _RequestState, _wrap = pb_utils.InferenceRequest, pb_utils._RequestState, pb_utils.Tensor._wrap
 _new_request = object.__new__
 _encode_done, _encode_response = M.done, M.response  # (hot path: no module lookup per call)
+_EXECUTE, _FINALIZE = int(Kind.EXECUTE), int(Kind.FINALIZE)
+# The answer to an execution skipped because every request in it was cancelled (core's drop_cancelled wording).
+CANCELLED = M.error(Code.CANCELLED.name, "Request was cancelled")
 # A batch of executions from the server answers in one datagram while each takes less than this, and no
 # answer waits longer than this for its datagram; a slower model answers each as soon as it is done, since
 # holding an answer back would cost more than the wake-up it saves.
@@ -70,7 +81,10 @@ class Worker:
         self.model_version = int(setup["model_version"])
         self.loop = _new_loop()
         self.is_async = False
-        self.deferred: deque[tuple] = deque()  # executions that arrived while a blocking call read the channel
+        # Executions (and a FINALIZE behind them) waiting their turn: a pipelined batch, or those that arrived
+        # while a blocking call read the channel.
+        self.queued: deque[tuple] = deque()
+        self._skip: dict[int, set[int]] = {}  # queued execution's tag -> cancelled request indexes (-1: all)
         self._unpack = channel.unpack
         routes = {Kind.EXECUTE: self._run_execute, Kind.BLS_REPLY: self._on_bls_reply,
                   Kind.CALL_REPLY: self._on_call_reply, Kind.CANCEL: self._on_cancel, Kind.FINALIZE: self._on_finalize}
@@ -117,26 +131,51 @@ class Worker:
             self.loop.run_forever()
             return
         # A synchronous model needs no event loop: block on the socket, one system call per message.
-        ch, deferred, routes = self.ch, self.deferred, self._routes
+        ch, queued, routes = self.ch, self.queued, self._routes
         while True:
-            while deferred:
-                self._run_execute(*deferred.popleft())
+            if queued:
+                if not self._quick:
+                    # The last execution was slow: what arrived meanwhile (cancellations, more executions) is read
+                    # before the next one starts. After quick ones it isn't: a cancellation can't save much then,
+                    # and not looking keeps a pipelined round trip one system call cheaper.
+                    self._look()
+                message = queued.popleft()
+                self._hold = bool(queued) and self._quick
+                routes[message[0]](*message)
+                if not queued:
+                    self._hold = False
+                    self._held_since = 0
+                    ch.release()
+                continue
             try:
                 messages = ch.receive(wait=True)
             except EOFError:
                 self._quit()
                 return
-            if len(messages) == 1:
+            if len(messages) == 1 and self._quick:  # the common unloaded case: run it now
                 message = messages[0]
                 routes[message[0]](*message)
                 continue
-            last = len(messages) - 1
-            for index, message in enumerate(messages):
-                self._hold = index < last and self._quick
-                routes[message[0]](*message)
-            self._hold = False
-            self._held_since = 0
-            ch.release()
+            for message in messages:
+                self._take(message)
+
+    def _take(self, message: tuple) -> None:
+        """Queue an execution (or a FINALIZE, which must not overtake one) for its turn; route anything else now."""
+        kind = message[0]
+        if kind == _EXECUTE or kind == _FINALIZE:
+            self.queued.append(message)
+        else:
+            self._routes[kind](*message)
+
+    def _look(self) -> None:
+        """Take in whatever has arrived, without waiting."""
+        try:
+            messages = self.ch.receive()
+        except EOFError:
+            self._quit()
+            return
+        for message in messages:
+            self._take(message)
 
     # --- incoming ----------------------------------------------------------------------------------------------
 
@@ -157,7 +196,7 @@ class Worker:
         if self.is_async:
             self.loop.call_soon(self._run_execute, kind, tag, requests)
         else:
-            self.deferred.append((kind, tag, requests))
+            self.queued.append((kind, tag, requests))
 
     @reads(M.CallReply)
     def _on_call_reply(self, kind: int, tag: int, ok: bool, value: Any) -> None:
@@ -195,10 +234,15 @@ class Worker:
     @reads(M.Cancel)
     def _on_cancel(self, kind: int, tag: int, request_index: int) -> None:
         states = self.executions.get(tag)
-        if states is not None:
+        if states is not None:  # running: the model sees is_cancelled()
             for at, state in enumerate(states):
                 if request_index < 0 or request_index == at:
                     state.cancelled = True
+            return
+        for message in self.queued:  # waiting its turn: remembered until it comes (else: finished, ignored)
+            if message[0] == _EXECUTE and message[1] == tag:
+                self._skip.setdefault(tag, set()).add(request_index)
+                return
 
     @reads(M.Finalize)
     def _on_finalize(self, kind: int) -> None:
@@ -237,6 +281,10 @@ class Worker:
     @reads(M.Execute)
     def _run_execute(self, kind: int, tag: int, requests: list) -> None:
         t0 = time.perf_counter_ns()
+        cancelled = self._skip.pop(tag, None) if self._skip else None
+        if cancelled is not None and (-1 in cancelled or len(cancelled) >= len(requests)):
+            self._drop(tag, requests)
+            return
         states = []
         request_for = self._request
         records, requests = requests, []  # the wire's records in, the model's requests out
@@ -246,6 +294,10 @@ class Worker:
             states.append(request._state)
             requests.append(request)
         self.executions[tag] = states
+        if cancelled is not None:  # some of them: those run cancelled (the model may check is_cancelled())
+            for index in cancelled:
+                if index < len(states):
+                    states[index].cancelled = True
         t1 = time.perf_counter_ns()
         box: list[Any] = []
         try:
@@ -261,6 +313,18 @@ class Worker:
             task.add_done_callback(lambda t: self._async_done(t, tag, states, t1 - t0, t1))
             return
         self._done(tag, states, box, None, t1 - t0, t1)
+
+    def _drop(self, tag: int, records: list) -> None:
+        """Answer an execution whose requests were all cancelled before it started, without running it. Their
+        input blocks are freed unread (the server reuses a block once its receiver frees it)."""
+        release = self.ch.segments.release
+        for record in records:
+            for tensor in M.Request.of(record).inputs:  # type: ignore[attr-defined]
+                payload = M.Tensor.of(tensor).payload  # type: ignore[attr-defined]
+                if type(payload) is not bytes:
+                    block = M.Block.of(payload)  # type: ignore[attr-defined]
+                    release(block.segment, block.offset)
+        self.ch.send(_encode_done(tag, CANCELLED, None, 0, 0, 0))  # at once: what is held goes along
 
     @reads(M.Request)
     def _request(self, tag: int, index: int, id: str, correlation_id: Any, flags: int, timeout: int, parameters: dict,

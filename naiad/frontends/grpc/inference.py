@@ -14,6 +14,7 @@ from collections import deque
 from collections.abc import AsyncIterator
 from typing import Any
 
+import grpc
 from tritonclient.grpc import service_pb2 as pb
 
 from naiad.core.errors import Code, InferError, internal
@@ -34,6 +35,10 @@ from naiad.service import Service
 log = logging.getLogger("naiad.grpc")
 
 _DECOUPLED_INFER = "ModelInfer RPC doesn't support models with decoupled transaction policy"
+# Triton's answer (INTERNAL) to a request message that does not parse; ``UNPARSABLE`` stands for such a message
+# where the server engine hands it to a handler (grpc.aio, see server.py) rather than answering it itself.
+UNPARSABLE_MESSAGE = "Unable to parse request"
+UNPARSABLE: Any = object()
 
 
 def is_decoupled(model: ModelVersion) -> bool:
@@ -95,6 +100,10 @@ class Inference:
                 item = await stream.outbox.get()
                 if item is None:
                     break
+                if item is UNPARSABLE:  # the stream ends there, as Triton's does
+                    context.set_code(grpc.StatusCode.INTERNAL)
+                    context.set_details(UNPARSABLE_MESSAGE)
+                    return
                 yield item
             if reader.done() and not reader.cancelled() and reader.exception() is not None:
                 raise reader.exception()  # type: ignore[misc]
@@ -129,6 +138,9 @@ class _Stream:
     async def read(self, messages: AsyncIterator[pb.ModelInferRequest]) -> None:
         try:
             async for message in messages:
+                if message is UNPARSABLE:
+                    self.outbox.put_nowait(UNPARSABLE)
+                    return
                 self._start(message)
         finally:
             self.reading = False

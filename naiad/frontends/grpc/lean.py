@@ -28,7 +28,7 @@ from typing import Any
 import grpc
 
 from naiad.core.errors import InferError
-from naiad.frontends.grpc.inference import Inference
+from naiad.frontends.grpc.inference import UNPARSABLE_MESSAGE, Inference
 from naiad.frontends.grpc.options import GrpcOptions, compression_for
 from naiad.frontends.grpc.status import GRPC_STATUS
 from naiad.frontends.http2.connection import H2Connection
@@ -291,8 +291,8 @@ class Connection(asyncio.Protocol):
             handler = call.handler
             try:
                 request = handler.request_deserializer(data)
-            except Exception:  # noqa: BLE001 - any parse failure is this call's INTERNAL, as grpcio answers it
-                self.trailers_only(call, grpc.StatusCode.INTERNAL, "Exception deserializing request!")
+            except Exception:  # noqa: BLE001 - any parse failure is this call's INTERNAL, as Triton answers it
+                self.trailers_only(call, grpc.StatusCode.INTERNAL, UNPARSABLE_MESSAGE)
                 return
             data = None
         if call.headers.get(":path") == self.infer_path:
@@ -359,8 +359,8 @@ class Connection(asyncio.Protocol):
                     return
                 try:
                     inbox.put_nowait(call.handler.request_deserializer(bytes(data)))
-                except Exception:  # noqa: BLE001 - as in unary()
-                    self.trailers_only(call, grpc.StatusCode.INTERNAL, "Exception deserializing request!")
+                except Exception:  # noqa: BLE001 - as in unary(): the stream ends with it
+                    self.trailers_only(call, grpc.StatusCode.INTERNAL, UNPARSABLE_MESSAGE)
                     return
                 pos += 5 + size
             data = None  # a live slice would keep the view exported

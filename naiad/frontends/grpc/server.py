@@ -3,6 +3,11 @@
 grpc.aio runs on whatever loop is current, uvloop included (it polls its completion queue from its own
 thread and hands events to the loop). Handlers are registered as generic handlers with the generated
 messages' own (de)serializers, so no servicer class sits between grpc and the handlers.
+
+A request message that does not parse gets Triton's answer, INTERNAL "Unable to parse request" (a stream
+ends with it). The method table keeps the bare parsers (the lean engine catches their errors itself, at no cost
+to its ModelInfer path); grpc.aio would end such a call UNKNOWN and log a traceback, so for it ``handlers``
+wraps each parser to hand the handler ``UNPARSABLE`` instead, and each handler to answer it.
 """
 
 from __future__ import annotations
@@ -20,7 +25,7 @@ from tritonclient.grpc import service_pb2 as pb
 from naiad.core.errors import InferError
 from naiad.core.restricted import Restrictions
 from naiad.frontends.grpc.control import Control, unary_methods
-from naiad.frontends.grpc.inference import Inference
+from naiad.frontends.grpc.inference import UNPARSABLE, UNPARSABLE_MESSAGE, Inference
 from naiad.frontends.grpc.options import GrpcOptions
 from naiad.frontends.grpc.status import fail
 from naiad.service import Service
@@ -133,11 +138,38 @@ def method_table(service: Service, inference: Inference, restrictions: Restricti
     return paths
 
 
+def _lenient(parse: Callable[[bytes], Any]) -> Callable[[bytes], Any]:
+    def deserialize(data: bytes) -> Any:
+        try:
+            return parse(data)
+        except Exception:  # noqa: BLE001 - whatever the parser raises, the bytes are not the message
+            return UNPARSABLE
+    return deserialize
+
+
+def _answers_unparsable(handler: grpc.RpcMethodHandler) -> grpc.RpcMethodHandler:
+    """``handler`` for grpc.aio: its parser never raises, and it answers a message that did not parse as Triton does.
+    (ModelStreamInfer, the one streaming RPC, ends its stream on ``UNPARSABLE`` itself.)"""
+    handler = handler._replace(request_deserializer=_lenient(handler.request_deserializer))
+    if handler.unary_unary is None:
+        return handler
+    inner = handler.unary_unary
+
+    async def unary(request: Any, context: Any) -> Any:
+        if request is UNPARSABLE:
+            context.set_code(grpc.StatusCode.INTERNAL)
+            context.set_details(UNPARSABLE_MESSAGE)
+            return None
+        return await inner(request, context)
+    return handler._replace(unary_unary=unary)
+
+
 def handlers(paths: dict[str, grpc.RpcMethodHandler]) -> list[grpc.GenericRpcHandler]:
+    """The method table as grpc.aio's generic handlers."""
     by_service: dict[str, dict[str, grpc.RpcMethodHandler]] = {}
     for path, handler in paths.items():
         service_name, method = path[1:].split("/")
-        by_service.setdefault(service_name, {})[method] = handler
+        by_service.setdefault(service_name, {})[method] = _answers_unparsable(handler)
     return [grpc.method_handlers_generic_handler(name, table) for name, table in by_service.items()]
 
 

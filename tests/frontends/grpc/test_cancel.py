@@ -1,8 +1,11 @@
 """A ModelInfer the client gives up on while it waits in the queue never runs, on both gRPC engines: cancelled by
-the client (RST_STREAM CANCEL) or by its connection closing. It counts as a failure for the CANCELED reason."""
+the client (RST_STREAM CANCEL) or by its connection closing; so does an HTTP request whose connection closes. It
+counts as a failure for the CANCELED reason. With the Python backend's default pipeline depth the waiting request
+has already left naiad's scheduler for the worker process, which drops it there; with depth 1 the scheduler does."""
 
 from __future__ import annotations
 
+import json
 import socket
 import struct
 import threading
@@ -27,8 +30,10 @@ def frame(kind: int, flags: int, stream: int, payload: bytes) -> bytes:
     return struct.pack(">I", len(payload))[1:] + bytes((kind, flags)) + struct.pack(">I", stream) + payload
 
 
-@pytest.fixture(scope="module", params=("grpcio", "lean"))
+@pytest.fixture(scope="module", params=[("grpcio", 1), ("lean", 1), ("grpcio", None), ("lean", None)],
+                ids=["grpcio-depth1", "lean-depth1", "grpcio-default", "lean-default"])
 def server(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Iterator[RunningServer]:
+    engine, depth = request.param
     repo = tmp_path_factory.mktemp("cancel_models")
     # One instance: while one request sleeps, the next waits in the queue. Each execution leaves a line.
     write_model(repo, "slow", """
@@ -55,8 +60,9 @@ def server(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFact
                     out.append(pb_utils.InferenceResponse([pb_utils.Tensor("OUT", value)]))
                 return out
     """)
-    # Pipeline depth 1: the next request waits in naiad's scheduler, not in the worker process's socket.
-    running = RunningServer([repo], "--grpc-engine", request.param, "--backend-config=python,pipeline-depth=1")
+    # Pipeline depth 1: the next request waits in naiad's scheduler; by default, in the worker process's socket.
+    flags = [] if depth is None else [f"--backend-config=python,pipeline-depth={depth}"]
+    running = RunningServer([repo], "--grpc-engine", engine, *flags)
     running.repo = repo  # type: ignore[attr-defined]
     yield running
     running.stop()
@@ -148,5 +154,26 @@ def test_closed_connection_cancels_its_queued_request(server: RunningServer) -> 
         stats = _settle(server, client, done, before.fail.count + 1)
         time.sleep(0.3)
         assert _executed(server)[len(ran_before):] == [3]
+        assert stats.inference_stats.fail.count == before.fail.count + 1
+    assert _canceled(server) == canceled_before + 1
+
+
+def test_closed_http_connection_cancels_its_queued_request(server: RunningServer) -> None:
+    with grpcclient.InferenceServerClient(server.grpc_url) as client:
+        before = client.get_inference_statistics("slow", as_json=False).model_stats[0].inference_stats
+        canceled_before = _canceled(server)
+        ran_before = _executed(server)
+        done = threading.Event()
+        client.async_infer("slow", _inputs(5), lambda result, error: done.set())
+        _wait_pending(server, 1)
+        body = json.dumps({"inputs": [{"name": "IN", "datatype": "INT32", "shape": [1], "data": [6]}]}).encode()
+        with socket.create_connection(("127.0.0.1", server.http_port), timeout=10) as sock:
+            sock.sendall(b"POST /v2/models/slow/infer HTTP/1.1\r\nHost: localhost\r\nContent-Type: application/json"
+                         b"\r\nContent-Length: %d\r\n\r\n%s" % (len(body), body))
+            _wait_pending(server, 2)
+        stats = _settle(server, client, done, before.fail.count + 1)
+        time.sleep(0.3)
+        assert _executed(server)[len(ran_before):] == [5]
+        assert stats.inference_stats.success.count == before.success.count + 1
         assert stats.inference_stats.fail.count == before.fail.count + 1
     assert _canceled(server) == canceled_before + 1
