@@ -15,11 +15,13 @@ CYCLES = 25
 
 
 def _settled(pid: int, baseline: procs.Snapshot, timeout: float = 10.0) -> procs.Snapshot:
-    """The tree once the unloaded models' workers have exited (they stop asynchronously)."""
+    """The tree once the unloaded models' workers have exited and their channels' mappings are gone (both happen
+    asynchronously, the mappings a little after the processes)."""
     deadline = time.monotonic() + timeout
     while True:
         now = procs.snapshot(pid)
-        if len(now.pids) <= len(baseline.pids) or time.monotonic() > deadline:
+        settled = len(now.pids) <= len(baseline.pids) and now.shm_maps <= baseline.shm_maps
+        if settled or time.monotonic() > deadline:
             return now
         time.sleep(0.05)
 
