@@ -31,8 +31,9 @@ def _check_consistent(result: LoadResult) -> None:
     assert 0 < lat["p50"] <= lat["p90"] <= lat["p95"] <= lat["p99"] <= lat["max"]
     assert lat["avg"] <= lat["max"]
     assert result.throughput == pytest.approx(result.requests / result.duration_s)
-    # The server counted the measured windows' requests too (to within requests in flight at the edges).
-    assert abs(result.server_requests - result.requests) <= 2 * (result.concurrency or 4)
+    # The server counted the measured windows' requests too, to within those in flight at the window edges and
+    # those completed while /stats was being read there (perf_analyzer's figures share that imprecision).
+    assert abs(result.server_requests - result.requests) <= max(2 * (result.concurrency or 4), 0.05 * result.requests)
     assert set(result.server) >= {"queue", "compute_input", "compute_infer", "compute_output", "overhead"}
 
 

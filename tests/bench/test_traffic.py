@@ -93,9 +93,12 @@ def test_latency_threshold_stops_the_run(bench_server: RunningServer) -> None:
                          {"ModelLatencyThresholds": [{"Percentile": "P50", "ValueInMilliseconds": 15}],
                           "FlatInvocations": "Continue"}, processes=1)
     assert result.stop_reason == "ModelLatencyThresholds"
-    assert [level.concurrency for level in result.levels] == [2, 4]
-    # The best level is one that met the threshold.
-    assert result.latency_at_max_us["p50"] <= 15_000
+    # The run ends in the step where a tick's p50 crossed 15 ms: 4 users (~20 ms) on a quiet machine, 2 (~10 ms)
+    # when a busy machine slows a tick; never later.
+    concurrencies = [level.concurrency for level in result.levels]
+    assert concurrencies in ([2], [2, 4])
+    if len(concurrencies) == 2:  # the best level is one that met the threshold
+        assert result.latency_at_max_us["p50"] <= 15_000
 
 
 @pytest.mark.parametrize("flat", ["Stop", "Continue"])
