@@ -158,7 +158,7 @@ def _run_levels(session: Session, levels: list[Any], conditions: Stopping, progr
             tick_end = time.monotonic_ns()
             records = session.generator.swap()
             session._collect(records)
-            _extend(level_records, records)
+            level_records.extend(records)
             hit = check(level_records, tick_start, tick_end, users) if tick_end - tick_start > 0.2e9 else None
             if progress is not None:
                 progress({"label": level.name, "users": users, "elapsed": (tick_end - level_start) / 1e9,
@@ -192,17 +192,6 @@ def _run_levels(session: Session, levels: list[Any], conditions: Stopping, progr
                          latency_at_max_us=dict(best.latency_us) if best else {},
                          completed_total=session.completed_total, errors_total=session.errors_total,
                          duration_s=time.monotonic() - started)
-
-
-def _extend(into: Records, part: Records) -> None:
-    into.starts += part.starts
-    into.ends += part.ends
-    into.delayed += part.delayed
-    into.responses += part.responses
-    into.completed += part.completed
-    into.errors += part.errors
-    into.sent += part.sent
-    into.error = into.error or part.error
 
 
 def _level_result(session: Session, records: Records, start_ns: int, end_ns: int, users: int,

@@ -22,6 +22,9 @@ def available_cores() -> list[int]:
         return list(range(os.cpu_count() or 1))
 
 
+_COUNTERS = ("completed", "errors", "sent", "request_ns", "receive_ns")  # summed when records merge
+
+
 @dataclass
 class Records:
     """Completed requests (start/end ns, CLOCK_MONOTONIC) plus the counters that go with them."""
@@ -42,9 +45,19 @@ class Records:
         self.ends += array("q", part["ends"]).tolist()
         self.delayed += array("b", part["delayed"]).tolist()
         self.responses += array("i", part["responses"]).tolist()
-        for key in ("completed", "errors", "sent", "request_ns", "receive_ns"):
+        for key in _COUNTERS:
             setattr(self, key, getattr(self, key) + part[key])
         self.error = self.error or part["error"]
+
+    def extend(self, other: "Records") -> None:
+        """Another batch of records (a worker's report, a tick) appended to these."""
+        self.starts += other.starts
+        self.ends += other.ends
+        self.delayed += other.delayed
+        self.responses += other.responses
+        for key in _COUNTERS:
+            setattr(self, key, getattr(self, key) + getattr(other, key))
+        self.error = self.error or other.error
 
 
 class GeneratorError(RuntimeError):

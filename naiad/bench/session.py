@@ -161,16 +161,7 @@ class Session:
         self.completed_total += records.completed
         self.errors_total += records.errors
         self.first_error = self.first_error or records.error
-        p = self._pending
-        p.starts += records.starts
-        p.ends += records.ends
-        p.delayed += records.delayed
-        p.responses += records.responses
-        p.completed += records.completed
-        p.errors += records.errors
-        p.sent += records.sent
-        p.request_ns += records.request_ns
-        p.receive_ns += records.receive_ns
+        self._pending.extend(records)
 
     def _window(self, start_ns: int,
                 start_stats: dict[str, dict[str, int]]) -> tuple[PerfStatus, int, dict[str, dict[str, int]]]:
