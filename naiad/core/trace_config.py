@@ -7,6 +7,8 @@ import argparse
 import sys
 from typing import Any
 
+from naiad.core.tracing import LEVELS
+
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--trace-config", action="append", default=[], metavar="[MODE,]SETTING=VALUE",
@@ -39,21 +41,24 @@ def from_args(args: argparse.Namespace) -> dict[str, Any]:
             _warn(f"'{flag}' has been deprecated and will be removed in future releases. Use "
                   f"'--trace-config {replacement} instead.")
             values[key] = _number(value, flag) if kind else value
+
+    def add_level(value: str) -> None:
+        nonlocal disabled
+        level = _level(value)
+        disabled |= level is None  # an explicit OFF anywhere wins, as in tritonserver
+        levels.update([level] if level else [])
+
     for value in args.trace_level:
         _warn("'--trace-level' has been deprecated and will be removed in future releases. Use "
               "'--trace-config level=<OFF|TIMESTAMPS|TENSORS> instead.")
-        level = _level(value)
-        disabled |= level is None
-        levels |= {level} if level else set()
+        add_level(value)
     mode = "triton"
     for spec in args.trace_config:
         scope, setting, value = _split(spec)
         where = f"{scope}," if scope else ""
         try:
             if scope == "" and setting == "level":
-                level = _level(value)
-                disabled |= level is None
-                levels |= {level} if level else set()
+                add_level(value)
             elif scope == "" and setting == "mode":
                 mode = _mode(value)
             elif scope == "" and setting in ("rate", "count"):
@@ -68,7 +73,7 @@ def from_args(args: argparse.Namespace) -> dict[str, Any]:
         _warn(f"trace mode '{mode}' is not served by naiad: tracing is off (naiad writes Triton's trace files, "
               "--trace-config mode=triton)")
         disabled = True
-    values["trace_level"] = () if disabled else tuple(level for level in ("TIMESTAMPS", "TENSORS") if level in levels)
+    values["trace_level"] = () if disabled else tuple(level for level in LEVELS if level in levels)
     return values
 
 
