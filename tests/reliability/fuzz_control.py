@@ -15,6 +15,7 @@ import json
 import random
 from typing import Any, Callable
 
+from tests.reliability.batches import in_batches
 from tests.reliability.fuzz_http import ODD_VALUES
 from tests.reliability.http_oracle import HttpCase, HttpFuzzer, Outcome
 
@@ -169,19 +170,4 @@ def healthy(host: str, port: int, timeout: float = 60.0) -> str | None:
 
 def run(host: str, port: int, cases: list[HttpCase], batch: int = 25, timeout: float = 60.0,
         alive: Callable[[], bool] = lambda: True) -> tuple[list[Outcome], list[str]]:
-    fuzzer = HttpFuzzer(host, port, timeout)
-    outcomes: list[Outcome] = []
-    health: list[str] = []
-    try:
-        for start in range(0, len(cases), batch):
-            for case in cases[start : start + batch]:
-                outcomes.append(fuzzer.send(case))
-            if not alive():
-                health.append(f"the server died during cases {start}..{start + batch - 1}")
-                break
-            problem = healthy(host, port, timeout)
-            if problem:
-                health.append(f"after cases {start}..{start + batch - 1}: {problem}")
-    finally:
-        fuzzer.close()
-    return outcomes, health
+    return in_batches([HttpFuzzer(host, port, timeout)], cases, batch, alive, lambda: healthy(host, port, timeout))

@@ -11,7 +11,6 @@ UNKNOWN (an unhandled exception) never. A stream answers each of its requests on
 
 from __future__ import annotations
 
-import concurrent.futures
 import random
 import struct
 import time
@@ -24,6 +23,7 @@ import tritonclient.grpc as grpcclient
 from tritonclient.grpc import service_pb2 as pb
 from tritonclient.utils import InferenceServerException
 
+from tests.reliability.batches import in_batches
 from tests.reliability.http_oracle import SHM_REGION, SHM_SIZE, explained
 
 SERVICE = "/inference.GRPCInferenceService/"
@@ -375,23 +375,5 @@ def healthy(target: str, timeout: float = 10.0) -> str | None:
 def run(target: str, cases: list[GrpcCase], batch: int = 50, timeout: float = 10.0,
         alive: Callable[[], bool] = lambda: True, parallel: int = 1) -> tuple[list[GrpcOutcome], list[str]]:
     """Every case's outcome, and what went wrong between batches; ``parallel`` channels send each batch at once."""
-    fuzzers = [GrpcFuzzer(target, timeout) for _ in range(parallel)]
-    outcomes: list[GrpcOutcome] = []
-    health: list[str] = []
-    try:
-        with concurrent.futures.ThreadPoolExecutor(parallel) as pool:
-            for start in range(0, len(cases), batch):
-                chunk = cases[start : start + batch]
-                shares = [chunk[i::parallel] for i in range(parallel)]
-                for done in pool.map(lambda fs: [fs[0].send(c) for c in fs[1]], zip(fuzzers, shares)):
-                    outcomes += done
-                if not alive():
-                    health.append(f"the server died during cases {start}..{start + batch - 1}")
-                    break
-                problem = healthy(target, timeout)
-                if problem:
-                    health.append(f"after cases {start}..{start + batch - 1}: {problem}")
-    finally:
-        for fuzzer in fuzzers:
-            fuzzer.close()
-    return outcomes, health
+    return in_batches([GrpcFuzzer(target, timeout) for _ in range(parallel)], cases, batch, alive,
+                      lambda: healthy(target, timeout))

@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 from tests.reliability import fuzz_http
+from tests.reliability.batches import in_batches
 from tests.reliability.fuzz_http import ODD_VALUES
 from tests.reliability.http_oracle import HttpCase, HttpFuzzer, Outcome
 from tests.reliability.repo import write_echo_pid
@@ -132,23 +133,12 @@ def run(host: str, port: int, cases: list[HttpCase], invoke_path: str, batch: in
         alive: Callable[[], bool] = lambda: True, between: Callable[[], None] = lambda: None
         ) -> tuple[list[Outcome], list[str]]:
     """Like http_oracle.run; ``between`` runs before each health check (the multi-model run reloads its model)."""
-    fuzzer = HttpFuzzer(host, port, timeout)
-    outcomes: list[Outcome] = []
-    health: list[str] = []
-    try:
-        for start in range(0, len(cases), batch):
-            for case in cases[start : start + batch]:
-                outcomes.append(judge(fuzzer.send(case)))
-            if not alive():
-                health.append(f"the server died during cases {start}..{start + batch - 1}")
-                break
-            between()
-            problem = healthy(host, port, invoke_path, timeout)
-            if problem:
-                health.append(f"after cases {start}..{start + batch - 1}: {problem}")
-    finally:
-        fuzzer.close()
-    return outcomes, health
+    def check() -> str | None:
+        between()
+        return healthy(host, port, invoke_path, timeout)
+
+    outcomes, health = in_batches([HttpFuzzer(host, port, timeout)], cases, batch, alive, check)
+    return [judge(outcome) for outcome in outcomes], health
 
 
 def model_url(models_root: Path) -> Path:

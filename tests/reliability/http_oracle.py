@@ -10,7 +10,6 @@ mode, and the like) - any other 5xx is a server fault.
 
 from __future__ import annotations
 
-import concurrent.futures
 import contextlib
 import http.client
 import json
@@ -25,6 +24,8 @@ from typing import Callable
 import numpy as np
 import tritonclient.http as httpclient
 from tritonclient.utils import InferenceServerException
+
+from tests.reliability.batches import in_batches
 
 # Triton answers these client faults with a 5xx itself (rapidjson's errors are INTERNAL): parity, not a bug.
 TRITON_5XX = {
@@ -231,23 +232,5 @@ def run(host: str, port: int, cases: list[HttpCase], batch: int = 50, timeout: f
         alive: Callable[[], bool] = lambda: True, parallel: int = 1) -> tuple[list[Outcome], list[str]]:
     """Every case's outcome, and what went wrong with the server between batches (crash, not live/ready).
     ``parallel`` > 1 sends each batch over that many connections at once (cases meet each other in the server)."""
-    fuzzers = [HttpFuzzer(host, port, timeout) for _ in range(parallel)]
-    outcomes: list[Outcome] = []
-    health: list[str] = []
-    try:
-        with concurrent.futures.ThreadPoolExecutor(parallel) as pool:
-            for start in range(0, len(cases), batch):
-                chunk = cases[start : start + batch]
-                shares = [chunk[i::parallel] for i in range(parallel)]
-                for done in pool.map(lambda fs: [fs[0].send(c) for c in fs[1]], zip(fuzzers, shares)):
-                    outcomes += done
-                if not alive():
-                    health.append(f"the server died during cases {start}..{start + batch - 1}")
-                    break
-                problem = healthy(host, port, timeout)
-                if problem:
-                    health.append(f"after cases {start}..{start + batch - 1}: {problem}")
-    finally:
-        for fuzzer in fuzzers:
-            fuzzer.close()
-    return outcomes, health
+    return in_batches([HttpFuzzer(host, port, timeout) for _ in range(parallel)], cases, batch, alive,
+                      lambda: healthy(host, port, timeout))
