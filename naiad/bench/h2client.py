@@ -14,15 +14,24 @@ from typing import Any
 from hpack import Decoder, Encoder, NeverIndexedHeaderTuple
 
 from naiad.bench.transport import Outcome
-
-PREFACE = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n"
-DATA, HEADERS, RST_STREAM, SETTINGS, PING, GOAWAY, WINDOW_UPDATE, CONTINUATION = 0, 1, 3, 4, 6, 7, 8, 9
-END_STREAM, ACK, END_HEADERS, PADDED, PRIORITY = 0x1, 0x1, 0x4, 0x8, 0x20
-BIG_WINDOW = 2 ** 31 - 1
-
-
-def frame(kind: int, flags: int, stream: int, payload: bytes) -> bytes:
-    return len(payload).to_bytes(3, "big") + bytes((kind, flags)) + stream.to_bytes(4, "big") + payload
+from naiad.frontends.http2.frames import (  # the wire's constants and framing, shared with naiad's server core
+    ACK,
+    CONTINUATION,
+    DATA,
+    END_HEADERS,
+    END_STREAM,
+    GOAWAY,
+    HEADERS,
+    PADDED,
+    PING,
+    PREFACE,
+    PRIORITY_FLAG,
+    RST_STREAM,
+    SETTINGS,
+    WINDOW_UPDATE,
+    frame,
+)
+from naiad.frontends.http2.frames import MAX_WINDOW as BIG_WINDOW
 
 
 class H2GrpcConnection(asyncio.Protocol):
@@ -188,7 +197,7 @@ class H2GrpcConnection(asyncio.Protocol):
         elif kind == HEADERS:
             if flags & PADDED:
                 payload = payload[1:len(payload) - payload[0]]
-            if flags & PRIORITY:
+            if flags & PRIORITY_FLAG:
                 payload = payload[5:]
             self.header_parts = [payload]
             self.header_stream, self.header_flags = stream, flags
