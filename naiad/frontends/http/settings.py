@@ -36,12 +36,9 @@ def trace(service: Service, method: bytes, model: str, body: bytes | bytearray) 
             else:
                 values[key] = [_typed(value, str)]
         service.tracer.update(model, trace_changes(values))
-    settings = service.tracer.settings(model)
-    shown: dict[str, Any] = {key: value[0] for key, value in settings.items()}
-    shown["trace_level"] = settings["trace_level"]
-    # Triton's order: level, rate, count, log frequency, file, mode.
-    return json_reply({key: shown[key] for key in ("trace_level", "trace_rate", "trace_count", "log_frequency",
-                                                     "trace_file", "trace_mode")})
+    # The tracer lists them in Triton's order; HTTP shows the levels as a list and every other value as a string.
+    return json_reply({key: value if key == "trace_level" else value[0]
+                       for key, value in service.tracer.settings(model).items()})
 
 
 def logging(service: Service, method: bytes, body: bytes | bytearray) -> Reply:
