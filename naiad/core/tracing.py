@@ -185,13 +185,14 @@ class Tracer:
             file = self._files[path] = TraceFile(path)
         return Sampler(values, file)
 
-    def get(self, model: str = "") -> dict[str, Any]:
+    def _for(self, model: str) -> Sampler:
+        """The setting a model's requests are sampled under: its own, or the global one."""
         entry = self._models.get(model) if model else None
-        return (entry[0] if entry is not None else self._global).values()
+        return entry[0] if entry is not None else self._global
 
     def settings(self, model: str = "") -> dict[str, list[str]]:
         """The values as Triton's protocols show them: lists of strings, ``OFF`` for no level."""
-        values = self.get(model)
+        values = self._for(model).values()
         shown = {key: [str(values[key])] for key in KEYS}
         shown["trace_level"] = list(values["trace_level"]) or ["OFF"]
         shown["trace_mode"] = ["triton"]
@@ -243,8 +244,7 @@ class Tracer:
         self.enabled = self._global.valid or any(s.valid for s, _ in self._models.values())
 
     def sample(self, model_name: str, model_version: str, request_id: str) -> Trace | None:
-        entry = self._models.get(model_name)
-        return (entry[0] if entry is not None else self._global).sample(model_name, model_version, request_id)
+        return self._for(model_name).sample(model_name, model_version, request_id)
 
     def close(self) -> None:
         """At shutdown: every setting's remaining traces written, every trace file closed."""
