@@ -235,7 +235,9 @@ def write_onnx_add_sub(repo: Path, name: str = "onnx_add_sub") -> None:
                       _ONNX_CONFIG.replace('"onnx_add_sub"', f'"{name}"'))
 
 
-def write_slow(repo: Path, name: str, delay: float, max_queue_size: int = 0) -> None:
-    queue = (f"max_queue_delay_microseconds: 100 default_queue_policy {{ max_queue_size: {max_queue_size} }}"
-             if max_queue_size else "max_queue_delay_microseconds: 100")
+def write_slow(repo: Path, name: str, delay: float, max_queue_size: int = 0, queue_timeout_us: int = 0) -> None:
+    """A slow model; a queue policy when ``max_queue_size`` or ``queue_timeout_us`` (REJECT) is given."""
+    policy = (f"max_queue_size: {max_queue_size}" if max_queue_size else "") + \
+        (f" default_timeout_microseconds: {queue_timeout_us}" if queue_timeout_us else "")
+    queue = "max_queue_delay_microseconds: 100" + (f" default_queue_policy {{ {policy} }}" if policy else "")
     write_model(repo, name, _SLOW_CONFIG.format(name=name, queue=queue), _SLOW_PY.replace("{delay}", str(delay)))

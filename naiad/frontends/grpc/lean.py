@@ -71,7 +71,8 @@ def status_trailers(code: grpc.StatusCode, message: str) -> bytes:
 
 def limits_for(options: GrpcOptions) -> Limits:
     """The HTTP/2 limits, with grpc-core's ping abuse policy set by Triton's flags."""
-    return Limits(min_ping_interval=options.http2_min_recv_ping_interval_without_data_ms / 1000,
+    return Limits(max_concurrent_streams=options.max_concurrent_streams,
+                  min_ping_interval=options.http2_min_recv_ping_interval_without_data_ms / 1000,
                   max_ping_strikes=options.http2_max_ping_strikes,
                   ping_without_calls=options.keepalive_permit_without_calls)
 

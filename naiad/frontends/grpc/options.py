@@ -53,6 +53,11 @@ class GrpcOptions:
     infer_compression_level: str = "none"  # of ModelInfer / ModelStreamInfer answers (grpcio: every RPC's)
     restricted: Restrictions = field(default_factory=lambda: Restrictions("protocol"))
     header_forward: HeaderForward | None = None
+    # SETTINGS_MAX_CONCURRENT_STREAMS, per connection, on both engines. Calls above it wait in the client, where
+    # no queue policy sees them (grpc-core, which Triton runs on, sets no limit): large enough that clients'
+    # concurrency reaches the models' queues, which answer overload with UNAVAILABLE; bounded, for the memory one
+    # connection's open streams can hold.
+    max_concurrent_streams: int = 1000
     # "grpcio" (grpc.aio), "lean" (our own HTTP/2 on asyncio: no poller thread or tasks per unary call), or
     # "auto": lean unless a flag asks for what only grpcio does (server keepalive pings, connection age).
     engine: str = "auto"
@@ -92,6 +97,7 @@ class GrpcOptions:
             ("grpc.http2.max_pings_without_data", self.http2_max_pings_without_data),
             ("grpc.http2.min_ping_interval_without_data_ms", self.http2_min_recv_ping_interval_without_data_ms),
             ("grpc.http2.max_ping_strikes", self.http2_max_ping_strikes),
+            ("grpc.max_concurrent_streams", self.max_concurrent_streams),
         ]
         if self.max_connection_age_ms:
             options.append(("grpc.max_connection_age_ms", self.max_connection_age_ms))
@@ -131,6 +137,11 @@ def add_arguments(parser: argparse.ArgumentParser, flag: Callable[..., None]) ->
         counts = name.endswith(("-without-data", "-strikes")) and "interval" not in name
         parser.add_argument(name, type=int, default=default, metavar="N" if counts else "MS", help=text)
     flag(parser, "--grpc-keepalive-permit-without-calls", False, "allow keepalive pings with no call in flight")
+    parser.add_argument("--grpc-max-concurrent-streams", type=int, default=defaults.max_concurrent_streams,
+                        metavar="N",
+                        help="naiad only: calls one connection may have in flight (HTTP/2 SETTINGS_MAX_CONCURRENT_"
+                             "STREAMS; both engines). A client's calls above it wait in the client, unseen by the "
+                             "models' queue policies, so keep it above your clients' concurrency per connection")
     parser.add_argument("--grpc-infer-allocation-pool-size", type=int, default=defaults.infer_allocation_pool_size,
                         help="accepted for Triton compatibility; Python allocates per request, so it has no effect")
     flag(parser, "--grpc-use-ssl", defaults.use_ssl,
@@ -167,6 +178,8 @@ def from_args(args: argparse.Namespace) -> GrpcOptions:
     if level not in COMPRESSION_LEVELS:
         raise ValueError("invalid argument for --grpc_infer_response_compression_level")
     pattern = args.grpc_header_forward_pattern
+    if args.grpc_max_concurrent_streams < 1:
+        raise ValueError("--grpc-max-concurrent-streams must be at least 1")
     return GrpcOptions(
         enabled=args.allow_grpc,
         address=args.grpc_address,
@@ -180,6 +193,7 @@ def from_args(args: argparse.Namespace) -> GrpcOptions:
         http2_max_ping_strikes=args.grpc_http2_max_ping_strikes,
         max_connection_age_ms=args.grpc_max_connection_age,
         max_connection_age_grace_ms=args.grpc_max_connection_age_grace,
+        max_concurrent_streams=args.grpc_max_concurrent_streams,
         infer_allocation_pool_size=args.grpc_infer_allocation_pool_size,
         engine=args.grpc_engine,
         use_ssl=args.grpc_use_ssl or args.grpc_use_ssl_mutual,

@@ -44,10 +44,11 @@ _CACHED_BLOCKS = 64
 
 
 class _Stream:
-    __slots__ = ("sid", "window", "recv_window", "pending", "ending", "trailers", "remote_closed")
+    __slots__ = ("sid", "window", "recv_window", "pending", "ending", "trailers", "remote_closed", "opened")
 
-    def __init__(self, sid: int, window: int, recv_window: int) -> None:
+    def __init__(self, sid: int, window: int, recv_window: int, opened: float) -> None:
         self.sid = sid
+        self.opened = opened  # the clock when its HEADERS arrived: a reset soon after is the rapid-reset pattern
         self.window = window  # what the peer lets us send on this stream
         self.recv_window = recv_window  # what we let the peer send
         self.pending: list[bytes] = []  # DATA waiting for window
@@ -319,7 +320,7 @@ class H2Connection:
             if not self.closing:
                 self._count_reset(events)
             return
-        stream = self.streams[sid] = _Stream(sid, self.initial_window, self.limits.receive_window)
+        stream = self.streams[sid] = _Stream(sid, self.initial_window, self.limits.receive_window, self.clock())
         stream.remote_closed = end_stream = bool(end_stream)
         limit = self.limits.max_header_list_size
         events.append(RequestReceived(sid, fields, end_stream, size if size > limit else 0))
@@ -360,10 +361,14 @@ class H2Connection:
                 self._fail(f.PROTOCOL_ERROR, events, b"RST_STREAM on stream 0 or an idle stream")
             else:
                 stream = self.streams.pop(sid, None)
-                if stream is not None:  # reset before we answered: the CVE-2023-44487 pattern counts
+                if stream is not None:
                     self._blocked.pop(sid, None)
                     events.append(StreamReset(sid, _U32.unpack(payload)[0], True))
-                    self._count_reset(events)
+                    # The CVE-2023-44487 pattern: a stream reset before its request was whole (it never reached
+                    # a handler) or right after it opened. A call reset later is a client's deadline or
+                    # cancellation of work it waited for, which costs it no tokens.
+                    if not stream.remote_closed or self.clock() - stream.opened < self.limits.reset_min_age:
+                        self._count_reset(events)
         elif kind == f.PRIORITY:
             if sid == 0:
                 self._fail(f.PROTOCOL_ERROR, events, b"PRIORITY on stream 0")

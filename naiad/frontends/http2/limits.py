@@ -15,7 +15,8 @@ from dataclasses import dataclass
 class Limits:
     # SETTINGS_MAX_CONCURRENT_STREAMS: RFC 9113 6.5.2 recommends no less than 100; nghttp2's and h2's default.
     # grpc-core announces none; its clients queue calls above the limit, so nothing fails. Streams above it are
-    # refused with RST_STREAM REFUSED_STREAM, which clients retry.
+    # refused with RST_STREAM REFUSED_STREAM, which clients retry. The gRPC front end sets it from
+    # --grpc-max-concurrent-streams.
     max_concurrent_streams: int = 100
     # SETTINGS_MAX_HEADER_LIST_SIZE: grpc-core's hard metadata limit (GRPC_ARG_ABSOLUTE_MAX_METADATA_SIZE,
     # 16 KiB), which it announces; a request above it is answered with the application's error.
@@ -35,9 +36,13 @@ class Limits:
     receive_window: int = 2**31 - 1
     # Streams the client resets before the server answered them (CVE-2023-44487, "rapid reset"), and streams
     # the server refused: a token bucket of this burst, refilled at this rate per second (nghttp2 1.57's
-    # defaults); running dry closes the connection with ENHANCE_YOUR_CALM.
+    # defaults); running dry closes the connection with ENHANCE_YOUR_CALM. Only resets of streams whose request
+    # had not fully arrived, or that were younger than ``reset_min_age`` seconds, count: a client whose
+    # deadlines expire while the server works (grpc sends RST_STREAM CANCEL) is not an attacker, and an
+    # attacker that waits that long per stream is held to max_concurrent_streams / reset_min_age calls a second.
     reset_burst: int = 1000
     reset_rate: float = 33.0
+    reset_min_age: float = 0.01
     # Control frames the peer makes us answer (PING and SETTINGS acks, RST_STREAM) while it does not read
     # what we write: past this many, ENHANCE_YOUR_CALM (nghttp2's NGHTTP2_MAX_OBQ_FLOOD_ITEM).
     max_induced_frames: int = 10000
