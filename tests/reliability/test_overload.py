@@ -1,7 +1,9 @@
 """10x overload of a slow model: 40 clients against a model that takes 4 requests per 0.2 s execution.
 
 With ``max_queue_size`` the excess is refused at once with Triton's UNAVAILABLE "Exceeds maximum queue size"
-(HTTP 503 / gRPC UNAVAILABLE) and what is admitted waits no longer than the queue allows; without it, every
+(HTTP 503 / gRPC UNAVAILABLE) and what is admitted waits no longer than the queue allows; with a queue timeout,
+requests waiting longer get UNAVAILABLE "Request timeout expired", also when 400 calls share one gRPC connection
+(the stream limit must not move the queue into the client, out of the policy's sight); without either, every
 request is answered, later. Either way nothing hangs, memory stays put and the server stays healthy.
 benchmarks/reliability/overload.py runs it longer and reports latencies."""
 
@@ -27,6 +29,8 @@ DELAY = 0.2
 QUEUE = 4
 CLIENTS = 40
 FULL = "Exceeds maximum queue size"
+TIMEOUT = 1.0  # the "timed" model's queue policy: requests waiting longer are rejected
+STREAMS = 400  # concurrent calls on one gRPC connection: more than a 100-stream limit, which hid 300 in the client
 
 
 @pytest.fixture(scope="module")
@@ -34,6 +38,7 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RunningServer]:
     repo = Path(tmp_path_factory.mktemp("overload"))
     write_slow(repo, "limited", DELAY, max_queue_size=QUEUE)
     write_slow(repo, "unlimited", DELAY)
+    write_slow(repo, "timed", DELAY, queue_timeout_us=int(TIMEOUT * 1e6))
     write_echo_pid(repo, "echo")  # for the health check
     running = RunningServer([repo])
     yield running
@@ -80,6 +85,48 @@ def test_bounded_queue_refuses_grpc_with_unavailable(server: RunningServer) -> N
     codes = collections.Counter(code for code, _ in outcomes)
     assert set(codes) == {grpc.StatusCode.OK, grpc.StatusCode.UNAVAILABLE}, codes
     assert all(details.endswith(FULL) for code, details in outcomes if code == grpc.StatusCode.UNAVAILABLE)
+
+
+def _grpc_burst(server: RunningServer, model: str, calls: int) -> list[tuple[grpc.StatusCode, str, float]]:
+    """``calls`` ModelInfer calls at once on one connection: each one's code, details and latency."""
+    message = pb.ModelInferRequest(model_name=model)
+    message.inputs.add(name="INPUT0", datatype="FP32", shape=[1, 1])
+    message.raw_input_contents.append(np.array([1.0], dtype=np.float32).tobytes())
+    outcomes: list[tuple[grpc.StatusCode, str, float]] = []
+    with grpc.insecure_channel(server.grpc_url) as channel:
+        call = channel.unary_unary(SERVICE + "ModelInfer", request_serializer=pb.ModelInferRequest.SerializeToString,
+                                   response_deserializer=pb.ModelInferResponse.FromString)
+        call(message, timeout=15)  # connected, so the burst's latencies are the server's
+        ended: dict[int, float] = {}
+        started = time.monotonic()
+        futures = [call.future(message, timeout=30) for _ in range(calls)]
+        for i, future in enumerate(futures):
+            future.add_done_callback(lambda _, i=i: ended.setdefault(i, time.monotonic()))
+        for i, future in enumerate(futures):
+            try:
+                future.result()
+                outcome = (grpc.StatusCode.OK, "")
+            except grpc.RpcError as exc:
+                outcome = (exc.code(), exc.details())
+            outcomes.append((*outcome, ended.get(i, time.monotonic()) - started))
+    return outcomes
+
+
+@pytest.mark.parametrize("model", ["timed", "limited"])
+def test_queue_policy_bounds_latency_of_many_streams_on_one_connection(server: RunningServer, model: str) -> None:
+    before = procs.snapshot(server.proc.pid)
+    outcomes = _grpc_burst(server, model, STREAMS)
+    codes = collections.Counter(code for code, _, _ in outcomes)
+    assert set(codes) == {grpc.StatusCode.OK, grpc.StatusCode.UNAVAILABLE}, codes
+    why = "Request timeout expired" if model == "timed" else FULL
+    assert all(details.endswith(why) for code, details, _ in outcomes if code == grpc.StatusCode.UNAVAILABLE)
+    served = max(seconds for code, _, seconds in outcomes if code == grpc.StatusCode.OK)
+    # Admitted calls waited at most the policy's bound, plus the batch they ran in (with a 100-stream limit, the
+    # timed model's took 3.2 s: the client held 300 calls back, where no timeout applied).
+    bound = TIMEOUT if model == "timed" else (QUEUE / 4 + 1) * DELAY
+    assert served < bound + 2 * DELAY + 0.6, served
+    after = procs.snapshot(server.proc.pid)
+    assert after.rss - before.rss < 64 * 2**20, (before.describe(), after.describe())
 
 
 def test_unbounded_queue_answers_everything(server: RunningServer) -> None:

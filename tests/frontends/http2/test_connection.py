@@ -386,6 +386,43 @@ def test_streams_answered_before_the_reset_do_not_count() -> None:
     assert not peer.conn.terminated
 
 
+def test_deadline_resets_of_calls_being_served_do_not_count() -> None:
+    """A client whose deadlines expire: whole requests, reset 50 ms after they opened (grpc's RST_STREAM CANCEL)."""
+    peer = Peer(reset_burst=2, reset_rate=0.0)
+    for i in range(50):
+        sid = 1 + 2 * i
+        peer.request(sid, body=None)
+        peer.clock.now += 0.05
+        assert [type(e) for e in peer.send(frame(RST_STREAM, 0, sid, b"\0\0\0\x08"))] == [StreamReset]
+    assert not peer.conn.terminated
+
+
+def test_resets_right_after_opening_count_even_for_whole_requests() -> None:
+    peer = Peer(reset_burst=5, reset_rate=0.0)
+    wire = b"".join(frame(HEADERS, END_HEADERS | END_STREAM, 1 + 2 * i, peer.block())
+                    + frame(RST_STREAM, 0, 1 + 2 * i, b"\0\0\0\x08") for i in range(6))
+    events = peer.send(wire)
+    assert isinstance(events[-1], ConnectionTerminated) and events[-1].error_code == ENHANCE_YOUR_CALM
+    peer = Peer(reset_burst=5, reset_rate=0.0)
+    for i in range(6):  # 9 ms: still the rapid-reset pattern
+        sid = 1 + 2 * i
+        peer.request(sid, body=None)
+        peer.clock.now += 0.009
+        events = peer.send(frame(RST_STREAM, 0, sid, b"\0\0\0\x08"))
+    assert isinstance(events[-1], ConnectionTerminated)
+
+
+def test_late_resets_of_requests_still_arriving_count() -> None:
+    """The request never reached a handler: however old the stream, its reset is the attack's shape."""
+    peer = Peer(reset_burst=5, reset_rate=0.0)
+    for i in range(6):
+        sid = 1 + 2 * i
+        peer.send(frame(HEADERS, END_HEADERS, sid, peer.block()) + frame(DATA, 0, sid, b"\0\0\0"))
+        peer.clock.now += 1.0
+        events = peer.send(frame(RST_STREAM, 0, sid, b"\0\0\0\x08"))
+    assert isinstance(events[-1], ConnectionTerminated) and events[-1].error_code == ENHANCE_YOUR_CALM
+
+
 def test_refused_streams_count_like_resets() -> None:
     peer = Peer(max_concurrent_streams=1, reset_burst=5, reset_rate=0.0)
     peer.request(1, body=None)
