@@ -6,6 +6,7 @@ import asyncio
 import errno
 import logging
 import signal
+import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -30,6 +31,9 @@ from naiad.scheduling.rate_limiter import RateLimiter
 from naiad.service import Service
 
 log = logging.getLogger("naiad")
+
+# What requests still in flight when the exit timeout ends are answered (UNAVAILABLE: HTTP 503, gRPC UNAVAILABLE).
+CUT_MESSAGE = "Server is shutting down: the request did not complete within --exit-timeout-secs"
 
 
 @dataclass
@@ -227,21 +231,31 @@ class Server:
         await self.stop()
 
     async def stop(self, drain: bool = True) -> None:
-        """Refuse new work, let in-flight requests finish within the exit timeout, then finalize every model."""
+        """Refuse new work, let in-flight requests finish, then finalize every model, all within the exit timeout:
+        what is still in flight at its end is answered UNAVAILABLE, and workers still busy then are killed."""
+        deadline = None
+        cut = 0
         if drain:
-            log.info("Waiting for in-flight requests to complete (timeout %.0fs)", self.options.exit_timeout_secs)
-            drained = await self.service.drain(self.options.exit_timeout_secs)
+            timeout = self.options.exit_timeout_secs
+            deadline = time.monotonic() + timeout
+            log.info("Waiting for in-flight requests to complete (timeout %.0fs)", timeout)
+            # The last tenth (at most a second) is left for finalize(), so the process exits in time.
+            drained = await self.service.drain(timeout - min(1.0, timeout / 10))
             if not drained:
-                log.warning("Timeout: %d in-flight requests did not complete", self.service.in_flight)
+                cut = self.service.cut(CUT_MESSAGE)
+                log.warning("Timeout: %d in-flight requests did not complete; answered UNAVAILABLE", cut)
+                await asyncio.sleep(0.05)  # the front ends write those answers
         for server in self._servers:
             server.close()
         if self._grpc is not None:
-            await self._grpc.stop(grace=None)
+            # grpc.aio cancels what is still running at once, unless a grace lets it send the answers just cut.
+            await self._grpc.stop(grace=min(0.5, max(0.0, deadline - time.monotonic())) if deadline and cut
+                                  else None)
         if self._metrics is not None:
             self._metrics.stop()
         self.service.live = False
         await self.control.close()
-        self.repository.unload_all()
+        self.repository.unload_all(deadline)
         self.service.shared_memory.close()  # unmap what clients left registered
         self.service.tracer.close()  # the traces still held, and the trace file's closing bracket
         log.info("All models are stopped, unloading models")

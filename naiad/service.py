@@ -7,7 +7,7 @@ them reaches into a scheduler or a backend.
 from __future__ import annotations
 
 import asyncio
-from typing import Any, AsyncIterator
+from typing import Any, AsyncIterator, Callable
 
 import naiad
 from naiad.core.errors import Code, InferError, invalid, unavailable
@@ -48,7 +48,10 @@ class Service:
         self.strict_readiness = strict_readiness
         self.live = False
         self.accepting = False  # False while starting and while draining on shutdown
-        self.in_flight = 0
+        # In flight: each queued request by its future, each decoupled stream's responder by its request; a
+        # shutdown past its exit timeout answers what is left (``cut``).
+        self._pending: dict[asyncio.Future, InferRequest] = {}
+        self._streams: dict[InferRequest, Callable[[InferResponse], None]] = {}
         self._idle: asyncio.Event | None = None
         # Set when the server could not be created (a missing repository with --exit-on-error=false): it then
         # serves, not live and not ready, and answers model requests "Server not ready" as Triton does.
@@ -77,9 +80,13 @@ class Service:
                              "streamed (gRPC ModelStreamInfer, HTTP generate_stream, BLS exec(decoupled=True))",
                              Code.UNSUPPORTED)
         future = self._submit(request, model)
-        self.in_flight += 1
+        self._pending[future] = request
         future.add_done_callback(self._finished)
         return future
+
+    @property
+    def in_flight(self) -> int:
+        return len(self._pending) + len(self._streams)
 
     def _submit(self, request: InferRequest, model: ModelVersion) -> "asyncio.Future[InferResponse]":
         """``model.submit``, tracing the request when the tracer samples it (its trace ends with the execution).
@@ -125,7 +132,7 @@ class Service:
         request.responder = respond
         future = self._submit(request, model)
         future.add_done_callback(executed)
-        self.in_flight += 1
+        self._streams[request] = respond
         try:
             while True:
                 response = await queue.get()
@@ -135,14 +142,30 @@ class Service:
         finally:
             if not finished:
                 future.cancel() if not future.done() else model.loaded.cancel(request)
-            self.in_flight -= 1
-            if self.in_flight == 0 and self._idle is not None:
+            del self._streams[request]
+            if self._idle is not None and not self.in_flight:
                 self._idle.set()
 
-    def _finished(self, _: asyncio.Future) -> None:
-        self.in_flight -= 1
-        if self.in_flight == 0 and self._idle is not None:
+    def _finished(self, future: asyncio.Future) -> None:
+        del self._pending[future]
+        if self._idle is not None and not self.in_flight:
             self._idle.set()
+
+    def cut(self, message: str) -> int:
+        """Answer every request still in flight with UNAVAILABLE ``message`` (shutdown past its exit timeout), on
+        whatever front end it came; their schedulers drop the queued ones. Returns how many were cut."""
+        error = unavailable(message)
+        cut = 0
+        for future, request in list(self._pending.items()):
+            if not future.done():
+                request.cancelled = True
+                future.set_result(InferResponse(request.model_name, request.model_version, request.id, error=error))
+                cut += 1
+        for request, respond in list(self._streams.items()):
+            request.cancelled = True
+            respond(InferResponse(request.model_name, request.model_version, request.id, error=error))
+            cut += 1
+        return cut
 
     async def drain(self, timeout: float) -> bool:
         """Stop taking requests and wait for in-flight ones; True if all finished in time."""

@@ -99,7 +99,13 @@ class LoadedVersion(abc.ABC):
         """The processes the version runs in besides the server's own (their memory is the model's)."""
         return []
 
-    def unload(self) -> None:
+    def begin_unload(self) -> None:
+        """The server is stopping: let instances start winding down now, so that every version's finalize runs
+        side by side before ``unload`` waits for each."""
+
+    def unload(self, deadline: float | None = None) -> None:
+        """Finalize every instance; a backend whose instances run apart stops them by force at ``deadline``
+        (``time.monotonic()``)."""
         for instance in self.instances:
             instance.finalize()
 

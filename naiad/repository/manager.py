@@ -409,11 +409,18 @@ class ModelRepository:
                 rows.append({"name": name, "state": "UNAVAILABLE", "reason": entry.reason})
         return rows
 
-    def unload_all(self) -> None:
+    def unload_all(self, deadline: float | None = None) -> None:
+        """Finalize every version (shutdown); with a ``deadline`` (``time.monotonic()``) all of them are asked at
+        once and what has not finished by then is stopped by force."""
+        if deadline is not None:
+            for entry in self.models.values():
+                for model in entry.versions.values():
+                    model.scheduler.stop()
+                    model.loaded.begin_unload()
         for entry in self.models.values():
             for version, model in list(entry.versions.items()):
                 try:
-                    model.unload()
+                    model.unload(deadline)
                 except Exception:
                     log.exception("finalize() of '%s' version %d failed", entry.name, version)
             entry.versions.clear()

@@ -194,8 +194,8 @@ class ModelVersion:
             self._drained = asyncio.Event()
             await self._drained.wait()
 
-    def unload(self) -> None:
+    def unload(self, deadline: float | None = None) -> None:
         self.scheduler.stop()
         if self.limiter is not None:
             self.limiter.unregister(self.loaded.instances)
-        self.loaded.unload()
+        self.loaded.unload(deadline)

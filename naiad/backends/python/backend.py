@@ -223,9 +223,14 @@ class WorkerVersion(LoadedVersion):
             if process.cancel(request):
                 return
 
-    def unload(self) -> None:
+    def begin_unload(self) -> None:
         for process in self.processes:
             process.closing = True
         for process in self.processes:
-            process.stop()
+            process.finalize()
+
+    def unload(self, deadline: float | None = None) -> None:
+        self.begin_unload()
+        for process in self.processes:
+            process.stop(deadline)
         metrics.REGISTRY.release(self.owner)

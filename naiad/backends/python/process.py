@@ -82,6 +82,7 @@ class WorkerProcess:
         self._restarted: asyncio.Future | None = None
         self._restarting = False
         self.restarts = 0
+        self._finalize_sent: bool | None = None  # None: finalize not asked for yet
 
     @property
     def loop(self) -> asyncio.AbstractEventLoop | None:
@@ -245,20 +246,36 @@ class WorkerProcess:
 
     # --- stop --------------------------------------------------------------------------------------------------
 
-    def stop(self, timeout: float = 10.0) -> None:
-        """Call the model's ``finalize()`` in the worker, then make sure the process is gone."""
-        self.closing = True
-        self.ready = False
+    def finalize(self) -> bool:
+        """Ask the worker, once, to run the model's ``finalize()`` and exit (``stop`` waits for it); False if it
+        can't be asked. Sent to every worker before any is waited for, they finalize side by side."""
+        if self._finalize_sent is None:
+            self.closing = True
+            self.ready = False
+            ch = self.ch
+            if ch is None or self.proc is None:
+                return False
+            self.router.detach()
+            self.router.flush()
+            try:
+                ch.send(M.finalize())
+                self._finalize_sent = True
+            except EOFError:
+                self._finalize_sent = False
+        return self._finalize_sent
+
+    def stop(self, deadline: float | None = None) -> None:
+        """``finalize()``, then wait for the process to exit until ``deadline`` (``time.monotonic()``; default 10 s
+        from now), and kill it if it has not: a worker still busy in ``execute`` at shutdown's deadline."""
+        sent = self.finalize()
         ch, proc = self.ch, self.proc
         if ch is None or proc is None:
             return
-        self.router.detach()
-        self.router.flush()
+        if deadline is None:
+            deadline = time.monotonic() + 10.0
         try:
-            ch.send(M.finalize())
-            deadline = time.monotonic() + timeout
-            while proc.poll() is None and time.monotonic() < deadline:
-                if ch.wait_readable(0.05):
+            while sent and proc.poll() is None and (left := deadline - time.monotonic()) > 0:
+                if ch.wait_readable(min(0.05, left)):
                     for message in ch.receive():
                         kind = message[0]
                         if kind == Kind.FINALIZED:
