@@ -174,7 +174,7 @@ def test_metadata_over_the_header_list_limit_is_resource_exhausted(raw: RawClien
 
 def _only_lean(server: RunningServer) -> None:
     if not _lean(server):
-        pytest.skip("grpc-core's own limits differ: it announces no stream limit and has its own flood defenses")
+        pytest.skip("grpc-core has its own stream refusals and flood defenses")
 
 
 def test_lean_announces_its_limits(grpc_server: RunningServer) -> None:
@@ -186,16 +186,33 @@ def test_lean_announces_its_limits(grpc_server: RunningServer) -> None:
             if kind == SETTINGS and not flags & 1:
                 break
         settings = dict(struct.unpack(">HI", payload[i:i + 6]) for i in range(0, len(payload), 6))
-        assert settings[3] == 100 and settings[6] == 16384  # MAX_CONCURRENT_STREAMS, MAX_HEADER_LIST_SIZE
+        # MAX_CONCURRENT_STREAMS (--grpc-max-concurrent-streams), MAX_HEADER_LIST_SIZE
+        assert settings[3] == 1000 and settings[6] == 16384
     finally:
         client.close()
+
+
+@pytest.mark.parametrize("engine", ["lean", "grpcio"])
+def test_max_concurrent_streams_flag_reaches_both_engines(engine: str) -> None:
+    server = RunningServer([EXAMPLES], "--grpc-engine", engine, "--grpc-max-concurrent-streams", "7")
+    client = RawClient(server.grpc_url)
+    try:
+        while True:
+            kind, flags, _, payload = client.read()
+            if kind == SETTINGS and not flags & 1:
+                break
+        settings = dict(struct.unpack(">HI", payload[i:i + 6]) for i in range(0, len(payload), 6))
+        assert settings[3] == 7
+    finally:
+        client.close()
+        server.stop()
 
 
 def test_lean_refuses_streams_past_the_limit(raw: RawClient, grpc_server: RunningServer) -> None:
     _only_lean(grpc_server)
     path = "/inference.GRPCInferenceService/ModelStreamInfer"  # open until the client ends it
-    raw.sock.sendall(b"".join(frame(HEADERS, END_HEADERS, 1 + 2 * i, raw.request_headers(path)) for i in range(101)))
-    flags, payload = raw.until(RST_STREAM, 201)
+    raw.sock.sendall(b"".join(frame(HEADERS, END_HEADERS, 1 + 2 * i, raw.request_headers(path)) for i in range(1001)))
+    flags, payload = raw.until(RST_STREAM, 2001)
     assert int.from_bytes(payload, "big") == REFUSED_STREAM
 
 
