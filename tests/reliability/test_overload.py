@@ -19,6 +19,7 @@ import numpy as np
 import pytest
 from tritonclient.grpc import service_pb2 as pb
 
+from tests.frontends.grpc.test_http2 import END_HEADERS, HEADERS, RST_STREAM, RawClient, frame
 from tests.reliability import http_oracle, procs
 from tests.reliability.fuzz_grpc import SERVICE
 from tests.reliability.load import Load, fp32_body, percentile
@@ -29,6 +30,7 @@ DELAY = 0.2
 QUEUE = 4
 CLIENTS = 40
 FULL = "Exceeds maximum queue size"
+REFUSED_STREAM = 0x7
 TIMEOUT = 1.0  # the "timed" model's queue policy: requests waiting longer are rejected
 STREAMS = 400  # concurrent calls on one gRPC connection: more than a 100-stream limit, which hid 300 in the client
 
@@ -127,6 +129,28 @@ def test_queue_policy_bounds_latency_of_many_streams_on_one_connection(server: R
     assert served < bound + 2 * DELAY + 0.6, served
     after = procs.snapshot(server.proc.pid)
     assert after.rss - before.rss < 64 * 2**20, (before.describe(), after.describe())
+
+
+def test_streams_up_to_the_limit_left_idle_hold_little_memory(server: RunningServer) -> None:
+    """10 connections, each opening 1,000 ModelStreamInfer streams (the default stream limit) and sending nothing:
+    a task per stream held ~10 KiB each (+107 MiB); handlers now start with the first message (+38 MiB)."""
+    before = procs.snapshot(server.proc.pid)
+    clients = [RawClient(server.grpc_url) for _ in range(10)]
+    try:
+        for client in clients:
+            block = client.request_headers(SERVICE + "ModelStreamInfer")
+            client.sock.sendall(b"".join(frame(HEADERS, END_HEADERS, 1 + 2 * i, block) for i in range(1000)))
+        # One more stream than the limit: its refusal shows the 1,000 before it were all read.
+        for client in clients:
+            client.sock.sendall(frame(HEADERS, END_HEADERS, 2001, client.request_headers(SERVICE + "ModelStreamInfer")))
+            _, payload = client.until(RST_STREAM, 2001)
+            assert int.from_bytes(payload, "big") == REFUSED_STREAM
+        after = procs.snapshot(server.proc.pid)
+    finally:
+        for client in clients:
+            client.close()
+    assert after.rss - before.rss < 64 * 2**20, (before.describe(), after.describe())
+    assert http_oracle.healthy("127.0.0.1", server.http_port) is None
 
 
 def test_unbounded_queue_answers_everything(server: RunningServer) -> None:

@@ -235,8 +235,7 @@ class Connection(asyncio.Protocol):
             call.compress = compression_for(self.compress_level, headers.get("grpc-accept-encoding", ""))
         self.calls[call.sid] = call
         if handler.request_streaming:
-            call.inbox = asyncio.Queue()
-            call.task = asyncio.ensure_future(self.run_streaming(call))
+            call.inbox = asyncio.Queue()  # its handler starts with the first message (``feed``)
         if event.end_stream:
             self.end_of_request(call)
 
@@ -369,6 +368,10 @@ class Connection(asyncio.Protocol):
             call.body = body[pos:] if pos < n else None
         if end:
             inbox.put_nowait(None)
+        if call.task is None and not inbox.empty():
+            # Started only now: a stream that is opened and left idle holds no task (~10 KiB each, for up to
+            # --grpc-max-concurrent-streams streams per connection).
+            call.task = asyncio.ensure_future(self.run_streaming(call))
 
     async def run_streaming(self, call: Call) -> None:
         inbox = call.inbox
