@@ -273,8 +273,8 @@ def test_a_model_file_linked_out_of_its_folder_or_absolute_in_config_pbtxt_never
     write_model(repo, "linked", IDENTITY_FP32.format(name="linked"), IDENTITY_PY)
     (repo / "linked" / "1" / "model.py").unlink()
     (repo / "linked" / "1" / "model.py").symlink_to(tmp_path / "evil.py")
-    write_model(repo, "absolute", IDENTITY_FP32.format(name="absolute") + f'default_model_filename: "{tmp_path}/evil.py"',
-                IDENTITY_PY)
+    absolute = IDENTITY_FP32.format(name="absolute") + f'default_model_filename: "{tmp_path}/evil.py"'
+    write_model(repo, "absolute", absolute, IDENTITY_PY)
     write_model(repo, "onnx_up", 'name: "onnx_up"\nbackend: "onnxruntime"\ndefault_model_filename: "../../m.onnx"',
                 IDENTITY_PY)
     write_model(repo, "fine", IDENTITY_FP32.format(name="fine"), IDENTITY_PY)

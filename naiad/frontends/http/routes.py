@@ -12,6 +12,7 @@ import orjson
 
 from naiad.core.errors import Code, InferError, internal, invalid
 from naiad.core.request import InferRequest, InferResponse
+from naiad.frontends.http.browsers import BrowserGuard
 from naiad.frontends.http.codec import OutputOptions, decode_request, encode_response
 from naiad.frontends.http.compression import compress, decompress
 from naiad.frontends.http.generate import (
@@ -20,7 +21,6 @@ from naiad.frontends.http.generate import (
     sse_error,
     sse_event,
 )
-from naiad.frontends.http.browsers import BrowserGuard
 from naiad.frontends.http.options import HttpOptions
 from naiad.repository.consent import CodeConsent
 from naiad.repository.control import decode_files

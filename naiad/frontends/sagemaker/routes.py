@@ -92,10 +92,11 @@ class SageMakerRouter:
         if method == b"POST":
             if action:
                 return self._invoke(key, headers, body)
-            return self.http.from_browser(headers) or Deferred(asyncio.ensure_future(self._load(headers, body)),
-                                                                lambda f: f.result())
+            refused = self.http.from_browser(headers)  # a multi-model load changes state
+            return refused or Deferred(asyncio.ensure_future(self._load(headers, body)), lambda f: f.result())
         if method == b"DELETE":
-            return self.http.from_browser(headers) or Deferred(asyncio.ensure_future(self._unload(key, headers)), lambda f: f.result())
+            refused = self.http.from_browser(headers)
+            return refused or Deferred(asyncio.ensure_future(self._unload(key, headers)), lambda f: f.result())
         return bare(400)
 
     # --- single-model endpoint ---------------------------------------------------------------------------------
