@@ -105,6 +105,10 @@ def build_parser() -> argparse.ArgumentParser:
                        help="explicit mode: a model to load at start-up (repeatable; '*' loads all)")
     serve.add_argument("--repository-poll-secs", type=float, default=15.0,
                        help="poll mode: seconds between two scans of the model repositories")
+    _flag(serve, "--allow-model-code-upload", False,
+          "naiad only: let any client's load request carry code (file: model files, a config override setting "
+          "default_model_filename or EXECUTION_ENV_PATH), which runs as this server's user; without it only front ends "
+          "whose restricted API covers model-repository accept such loads")
     _flag(serve, "--strict-readiness", True, "ready only when every model is ready")
     _flag(serve, "--exit-on-error", True, "exit (code 1) when a model fails to load or a repository is missing; "
                                           "false: serve the models that loaded")
@@ -244,6 +248,7 @@ def serve(args: argparse.Namespace) -> int:
         model_control_mode=args.model_control_mode,
         load_models=args.load_model,
         repository_poll_secs=args.repository_poll_secs,
+        allow_model_code_upload=args.allow_model_code_upload,
         grpc=grpc,
         http=http,
         metrics=metrics,

@@ -22,6 +22,8 @@ from naiad.frontends.http.protocol import HttpProtocol
 from naiad.frontends.http.routes import Router
 from naiad.frontends.metrics.options import MetricsOptions
 from naiad.frontends.sagemaker.options import SageMakerOptions
+from naiad.repository.consent import FLAG as CODE_FLAG
+from naiad.repository.consent import startup_warning as code_upload_warning
 from naiad.repository.control import ModelControl
 from naiad.repository.manager import ModelRepository, RepositoryOptions
 from naiad.repository.memory import parse_size
@@ -59,6 +61,7 @@ class ServerOptions:
     model_control_mode: str = "none"
     load_models: list[str] = field(default_factory=list)  # explicit mode: loaded at start-up ("*": all)
     repository_poll_secs: float = 15.0
+    allow_model_code_upload: bool = False  # any client may load code (model files, ...): repository/consent.py
     grpc: GrpcOptions = field(default_factory=GrpcOptions)
     metrics: MetricsOptions = field(default_factory=MetricsOptions)
     sagemaker: SageMakerOptions = field(default_factory=SageMakerOptions)
@@ -88,7 +91,7 @@ class Server:
                 load_retries=options.load_retries,
             ))
             self.control = ModelControl(repository, options.model_control_mode, options.load_models,
-                                        options.repository_poll_secs)
+                                        options.repository_poll_secs, options.allow_model_code_upload)
             self.residency = self._residency(repository, self.control, options)
         except ValueError as exc:
             raise SystemExit(f"error: {exc}") from None
@@ -150,6 +153,7 @@ class Server:
             self.service.failure = failure
         else:
             await self._load_models()
+        self._warn_code_upload()
         if self.options.allow_http:
             router = Router(self.service, self.options.http)
             protocol = HttpProtocol
@@ -164,7 +168,8 @@ class Server:
             sagemaker = self.options.sagemaker
             # The dashboard is served here when HTTP is off.
             sagemaker_router = SageMakerRouter(self.service, sagemaker,
-                                               None if self.options.allow_http else self.options.http)
+                                               None if self.options.allow_http else self.options.http,
+                                               self.options.http.allowed_hosts)
             await self._listen("Sagemaker", sagemaker_router, sagemaker.address, sagemaker.port)
             log.info("Started Sagemaker HTTPService at %s:%d", sagemaker.address, sagemaker.port)
         if self.options.grpc.enabled:
@@ -186,6 +191,24 @@ class Server:
             self.service.live = True
             self.service.accepting = True
             self.control.start_polling()
+
+    def _warn_code_upload(self) -> None:
+        """Explicit mode: say which front ends refuse model code, and how to allow it; or that any client may."""
+        options = self.options
+        if options.model_control_mode != "explicit":
+            return
+        keyed = {"HTTP": (options.allow_http, options.http.restricted.rule("model-repository") is not None),
+                 "gRPC": (options.grpc.enabled, options.grpc.restricted.rule("model-repository") is not None)}
+        if options.allow_model_code_upload:
+            open_to_all = [name for name, (on, key) in keyed.items() if on and not key]
+            if open_to_all:
+                log.warning("%s: any %s client that reaches the port may load model code, which runs as this "
+                            "server's user; restrict model-repository with a key instead where you can", CODE_FLAG,
+                            " or ".join(open_to_all))
+            return
+        unkeyed = [name for name, (on, key) in keyed.items() if on and not key]
+        if unkeyed:
+            log.warning("%s", code_upload_warning(unkeyed))
 
     async def _listen(self, name: str, router: object, address: str, port: int, reuse_port: bool = False,
                       protocol: type[HttpProtocol] = HttpProtocol) -> None:

@@ -15,6 +15,7 @@ from naiad.core.request import InferRequest, InferResponse
 from naiad.core.settings import LogSettings
 from naiad.core.shared_memory import SharedMemoryRegistry
 from naiad.core.tracing import Tracer
+from naiad.repository.consent import CodeConsent
 from naiad.repository.control import ModelControl
 from naiad.repository.manager import ModelRepository
 from naiad.repository.model import ModelVersion
@@ -239,11 +240,12 @@ class Service:
 
     # --- model control ------------------------------------------------------------------------------------------
 
-    async def load_model(self, name: str, config: str | None = None, files: dict[str, bytes] | None = None) -> None:
+    async def load_model(self, name: str, config: str | None = None, files: dict[str, bytes] | None = None,
+                         consent: CodeConsent | None = None) -> None:
         """Load or reload a model (HTTP/gRPC repository load, a Python model's ``pb_utils.load_model``); only
-        in explicit mode, as Triton allows it."""
+        in explicit mode, as Triton allows it. Front ends pass their ``consent`` to code from the network."""
         self._check_created()
-        await self.control.load(name, config or None, files or None)
+        await self.control.load(name, config or None, files or None, consent)
 
     async def unload_model(self, name: str, unload_dependents: bool = False) -> None:
         self._check_created()

@@ -196,7 +196,8 @@ def test_model_control_as_the_examples_drive_it(tmp_path_factory: pytest.TempPat
     repo = tmp_path_factory.mktemp("control")
     g.write(repo, "simple", g.add_sub("TYPE_INT32", [16]), SIMPLE.format(name="simple", t="TYPE_INT32"))
     g.write(repo, "simple_int8", g.add_sub("TYPE_INT8", [16]), SIMPLE.format(name="simple_int8", t="TYPE_INT8"))
-    server = RunningServer([repo], "--model-control-mode=explicit")
+    # The gRPC example uploads a file: naiad needs the operator's consent for that (Triton takes it from anyone).
+    server = RunningServer([repo], "--model-control-mode=explicit", "--allow-model-code-upload")
     try:
         with httpclient.InferenceServerClient(server.url) as http:
             assert len(http.get_model_repository_index()) == 2

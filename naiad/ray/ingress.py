@@ -14,6 +14,7 @@ from urllib.parse import unquote
 
 import orjson
 
+from naiad.frontends.http.options import HttpOptions
 from naiad.frontends.http.routes import Router
 from naiad.frontends.sagemaker.routes import TARGET_MODEL, SageMakerRouter
 from naiad.ray.asgi import Receive, Send, Wire, lifespan, read_request, send_result, send_wire
@@ -39,8 +40,9 @@ class Ingress:
         # replica can load.
         self.service = build_service(options, self.scratch, local_repositories(options.model_repositories))
         sagemaker = sagemaker_options(options, self.scratch / "models")
-        self.http = Router(self.service)
-        self.sagemaker = SageMakerRouter(self.service, sagemaker)
+        # Behind Ray's proxy the Host is the cluster's name, which naiad can't know: no Host check (Origin stays).
+        self.http = Router(self.service, HttpOptions(allowed_hosts=["*"]))
+        self.sagemaker = SageMakerRouter(self.service, sagemaker, allowed_hosts=["*"])
         self.default_model = options.default_model
         self.handles: dict[str, Any] = {}  # one handle per model, made once
 

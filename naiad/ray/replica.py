@@ -21,6 +21,7 @@ from pathlib import Path
 import orjson
 
 from naiad.core.errors import InferError, not_found
+from naiad.frontends.http.options import HttpOptions
 from naiad.frontends.http.routes import Reply, Router, error_reply
 from naiad.frontends.sagemaker.routes import SageMakerRouter
 from naiad.ray.asgi import Wire, to_wire
@@ -73,8 +74,11 @@ class ModelReplica:
         self.service = build_service(options, self.scratch)
         assert self.service.residency is not None
         self.residency: Residency = self.service.residency
-        self.http = Router(self.service)
-        self.sagemaker = SageMakerRouter(self.service, sagemaker_options(options, self.scratch / "models"))
+        # Requests come through Ray's proxy with the Host clients used for the cluster, which a replica can't know:
+        # no Host check here (the Origin check stays).
+        self.http = Router(self.service, HttpOptions(allowed_hosts=["*"]))
+        self.sagemaker = SageMakerRouter(self.service, sagemaker_options(options, self.scratch / "models"),
+                                         allowed_hosts=["*"])
         self.resident: dict[str, Loaded] = {}
         self.id = _replica_id().encode()
         # serve.multiplexed takes its limit when applied, and keeps its cache on the function it wraps: applied

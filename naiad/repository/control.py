@@ -25,6 +25,7 @@ from naiad.config import ModelConfig
 from naiad.config.ensemble import ENSEMBLE_PLATFORM, dependencies
 from naiad.config.loader import load_config
 from naiad.core.errors import InferError, internal, invalid, unavailable
+from naiad.repository.consent import FLAG, CodeConsent, code_in, refusal
 from naiad.repository.layout import version_dirs
 from naiad.repository.manager import ModelEntry, ModelRepository
 from naiad.repository.model import ModelVersion
@@ -41,6 +42,16 @@ def _poll_failed(name: str) -> InferError:
 def _load_failed(entry: ModelEntry) -> InferError:
     reasons = "".join(f"version {v} is at UNAVAILABLE state: {r};\n" for v, r in sorted(entry.failed.items()))
     return invalid(f"load failed for model '{entry.name}': {reasons}")
+
+
+def _parsed(config: str | None) -> ModelConfig | None:
+    """A load's config override, or None when there is none or it doesn't parse (the load then says so)."""
+    if config is None:
+        return None
+    try:
+        return json_format.Parse(config, ModelConfig())
+    except (json_format.ParseError, ValueError):
+        return None
 
 
 def decode_files(parameters: dict[str, Any], base64_encoded: bool) -> dict[str, bytes]:
@@ -103,7 +114,7 @@ def _fingerprint(paths: list[Path]) -> tuple:
 
 class ModelControl:
     def __init__(self, repository: ModelRepository, mode: str = "none", startup_models: list[str] | None = None,
-                 poll_secs: float = 15.0) -> None:
+                 poll_secs: float = 15.0, code_upload: bool = False) -> None:
         if mode not in MODES:
             raise ValueError(f"unknown model control mode '{mode}'")
         if startup_models and mode != "explicit":
@@ -112,6 +123,7 @@ class ModelControl:
         self.mode = mode
         self.startup_models = startup_models or []
         self.poll_secs = poll_secs
+        self.code_upload = code_upload  # --allow-model-code-upload: any client may load code (consent.py)
         self._locks: dict[str, asyncio.Lock] = {}
         self._retiring: set[asyncio.Task] = set()
         self._seen: dict[str, tuple] = {}  # poll mode: model -> fingerprint at the last scan
@@ -159,10 +171,34 @@ class ModelControl:
         if self.mode != "explicit":
             raise unavailable("explicit model load / unload is not allowed if polling is enabled")
 
-    async def load(self, name: str, config: str | None = None, files: dict[str, bytes] | None = None) -> None:
-        """A client's load request: load the model, or reload it with its new versions / config."""
+    async def load(self, name: str, config: str | None = None, files: dict[str, bytes] | None = None,
+                   consent: CodeConsent | None = None) -> None:
+        """A client's load request: load the model, or reload it with its new versions / config. ``consent``: the
+        front end's (None: a caller inside the server, a model's ``pb_utils.load_model``)."""
         self._allowed()
+        if consent is not None and not (self.code_upload or consent.keyed):
+            what = code_in(_parsed(config), files, self._own_configs(name))
+            if what is not None:
+                log.error("refused to load '%s': it carries %s (no %s, model-repository not restricted)", name,
+                          what, FLAG)
+                raise refusal(what, consent)
         await self.load_model(name, config, files)
+
+    def _own_configs(self, name: str) -> list[ModelConfig]:
+        """The operator's configs of a model: its config file, and the config it serves with."""
+        own = []
+        paths = self.repository.scan().get(name, [])
+        if len(paths) == 1:
+            try:
+                config, found = load_config(paths[0], self.repository.options.config_name)
+                if found:
+                    own.append(config)
+            except InferError:
+                pass
+        entry = self.repository.models.get(name)
+        if entry is not None and entry.config is not None:
+            own.append(entry.config)
+        return own
 
     async def unload(self, name: str, unload_dependents: bool = False) -> None:
         self._allowed()

@@ -23,6 +23,7 @@ from naiad.config.normalize import detect_backend, fill_defaults
 from naiad.config.render import config_to_dict
 from naiad.config.validate import validate, validate_identity
 from naiad.core.errors import STATUS_NAMES, Code, InferError, internal, invalid, not_found, unavailable
+from naiad.repository.consent import check_model_file
 from naiad.repository.layout import model_dirs, select_versions, version_dirs
 from naiad.repository.model import ModelVersion
 from naiad.repository.warmup import warm_up
@@ -206,10 +207,15 @@ class ModelRepository:
         try:
             detect_backend(config, list(versions.values()))
             backend = get_backend(config.backend) if config.backend else None
-            if backend is not None and self.options.auto_complete:
-                config = backend.auto_complete(config, path, [versions[v] for v in selected])
+            folders = [versions[v] for v in selected]
+            if backend is not None:
+                check_model_file(config, folders)  # before auto-complete, which may run the file
+                if self.options.auto_complete:
+                    config = backend.auto_complete(config, path, folders)
             fill_defaults(config, name)
             validate(config, name)
+            if backend is not None:
+                check_model_file(config, folders)  # as auto-complete left it
             ensemble = config.platform == ENSEMBLE_PLATFORM or config.HasField("ensemble_scheduling")
             if ensemble:
                 if failure is not None:

@@ -46,12 +46,16 @@ def _exported() -> Path:
 def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RunningServer]:
     exported = _exported()
     repo = tmp_path_factory.mktemp("minilm") / "repo"
-    # The committed configs and tokenizer model, with the exported files linked in.
+    # The committed configs and tokenizer model, with the exported files linked in: hard links (or copies), since a
+    # model file must not be a symbolic link out of its version folder.
     shutil.copytree(EXAMPLE, repo)
     for path in exported.rglob("*"):
         target = repo / path.relative_to(exported)
         if path.is_file() and not target.exists():
-            target.symlink_to(path)
+            try:
+                os.link(path, target)
+            except OSError:  # another file system
+                shutil.copyfile(path, target)
     running = RunningServer([repo])
     yield running
     running.stop()

@@ -24,7 +24,9 @@ CASES = int(os.environ.get("NAIAD_FUZZ_CONTROL_CASES", "150"))
 def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RunningServer]:
     repo = Path(tmp_path_factory.mktemp("control_models"))
     write_model(repo, TARGET, IDENTITY_FP32.format(name=TARGET), IDENTITY_PY)
-    running = RunningServer([repo], "--model-control-mode=explicit", f"--load-model={TARGET}")
+    # The fuzzer uploads model files: the operator consents (test_consent.py covers the refusal without).
+    running = RunningServer([repo], "--model-control-mode=explicit", f"--load-model={TARGET}",
+                            "--allow-model-code-upload")
     yield running
     running.stop()
 
@@ -52,7 +54,7 @@ def test_files_for_a_name_no_folder_can_take_fail_the_load_only(server: RunningS
 @pytest.mark.parametrize("source", fuzz_control.EXITING_MODEL_FILES)
 def test_a_model_that_exits_while_imported_fails_only_its_load(tmp_path: Path, source: str) -> None:
     write_model(tmp_path, TARGET, IDENTITY_FP32.format(name=TARGET), IDENTITY_PY)
-    running = RunningServer([tmp_path], "--model-control-mode=explicit")
+    running = RunningServer([tmp_path], "--model-control-mode=explicit", "--allow-model-code-upload")
     try:
         body = json.dumps({"parameters": {"config": json.dumps(BASE_CONFIG),
                                           "file:1/model.py": base64.b64encode(source.encode()).decode()}})

@@ -136,7 +136,10 @@ def repo(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 @pytest.fixture(scope="module")
 def server(repo: Path) -> Iterator[RunningServer]:
-    server = RunningServer([repo], "--model-control-mode=explicit", "--load-model=controller")
+    # Consent to model files from the network: test_files_override uploads model.py (tests/reliability/test_consent.py
+    # covers the refusal).
+    server = RunningServer([repo], "--model-control-mode=explicit", "--load-model=controller",
+                           "--allow-model-code-upload")
     yield server
     server.stop()
 

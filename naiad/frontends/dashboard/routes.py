@@ -2,10 +2,11 @@
 
 Served on the HTTP port, or on the SageMaker port when HTTP is off (``--allow-dashboard``, on by default).
 
-Restricted APIs: the feed shows the repository index and the models' statistics, and the page's buttons call the
-repository extension, so the feed belongs to both of those categories. When ``--http-restricted-api`` restricts
-``model-repository`` or ``statistics``, the feed answers Triton's 403 unless the request carries each of their
-headers; the page (static files holding no data) then asks for the header's value and sends it with every
+Restricted APIs: the feed belongs to every category whose data it shows: ``health`` (live, ready), ``metadata``
+(server name and version, each model's platform), ``model-config`` (instances), ``model-repository`` (the index,
+states, failure reasons, residency; the page's buttons call the repository extension) and ``statistics``. When
+``--http-restricted-api`` restricts any of them, the feed answers Triton's 403 unless the request carries each of
+their headers; the page (static files holding no data) then asks for each header's value and sends it with every
 request it makes, the load and unload calls included. A browser cannot add a header to a page it navigates to,
 hence the page itself is served to anyone; without the key it shows nothing but the prompt.
 """
@@ -23,8 +24,8 @@ from naiad.frontends.dashboard.watch import watcher_for
 from naiad.frontends.http.routes import JSON, Reply
 from naiad.service import Service
 
-# The restricted-API categories the feed falls under (naiad/core/restricted.py).
-CATEGORIES = ("model-repository", "statistics")
+# The restricted-API categories whose data the feed shows (naiad/core/restricted.py): the feed is fenced by each.
+CATEGORIES = ("health", "metadata", "model-config", "model-repository", "statistics")
 FEED = "/dashboard/feed"
 FRESH_S = 0.5  # pages polling within this of each other share one build of the feed
 

@@ -13,13 +13,16 @@ from tritonclient.grpc import service_pb2 as pb
 from naiad.core.errors import invalid
 from naiad.core.settings import LOG_KEYS, log_changes, no_file_change, trace_changes
 from naiad.frontends.grpc.codec import parse_version
+from naiad.repository.consent import CodeConsent
 from naiad.repository.control import decode_files
 from naiad.service import Service
 
 
 class Control:
-    def __init__(self, service: Service) -> None:
+    def __init__(self, service: Service, consent: CodeConsent | None = None) -> None:
         self.service = service
+        # May a load carry code (consent.py)? Only when model-repository is restricted here, or the operator says so.
+        self.consent = consent or CodeConsent(False, "--grpc-restricted-protocol")
 
     # --- health and metadata ------------------------------------------------------------------------------------
 
@@ -63,7 +66,7 @@ class Control:
         params = request.parameters
         config = params["config"].string_param if "config" in params else None
         await self.service.load_model(request.model_name, config, decode_files(
-            {k: p.bytes_param for k, p in params.items() if k.startswith("file:")}, base64_encoded=False))
+            {k: p.bytes_param for k, p in params.items() if k.startswith("file:")}, base64_encoded=False), self.consent)
         return pb.RepositoryModelLoadResponse()
 
     async def RepositoryModelUnload(self, request: pb.RepositoryModelUnloadRequest

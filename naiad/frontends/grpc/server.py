@@ -28,6 +28,7 @@ from naiad.frontends.grpc.control import Control, unary_methods
 from naiad.frontends.grpc.inference import UNPARSABLE, UNPARSABLE_MESSAGE, Inference
 from naiad.frontends.grpc.options import GrpcOptions
 from naiad.frontends.grpc.status import fail
+from naiad.repository.consent import CodeConsent
 from naiad.service import Service
 
 log = logging.getLogger("naiad.grpc")
@@ -109,7 +110,9 @@ def method_table(service: Service, inference: Inference, restrictions: Restricti
                  ) -> dict[str, grpc.RpcMethodHandler]:
     """Every RPC's handler by its HTTP/2 path (``/package.Service/Method``), for either server engine; those in a
     restricted category check the caller's metadata first (handlers are wrapped only when restricted)."""
-    table = {name: _unary(name, _guarded(fn)) for name, fn in unary_methods(Control(service)).items()}
+    keyed = restrictions is not None and restrictions.rule("model-repository") is not None
+    control = Control(service, CodeConsent(keyed, "--grpc-restricted-protocol"))
+    table = {name: _unary(name, _guarded(fn)) for name, fn in unary_methods(control).items()}
     table["ModelInfer"] = _unary("ModelInfer", inference.ModelInfer)
     table["ModelStreamInfer"] = grpc.stream_stream_rpc_method_handler(
         inference.ModelStreamInfer,

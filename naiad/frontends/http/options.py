@@ -19,6 +19,7 @@ class HttpOptions:
     header_forward: HeaderForward | None = None  # None: no header reaches the model
     limits: HttpLimits = field(default_factory=HttpLimits)  # per connection and per port (HTTP and SageMaker)
     dashboard: bool = True  # --allow-dashboard: GET /dashboard (naiad/frontends/dashboard)
+    allowed_hosts: list[str] = field(default_factory=list)  # --http-allowed-hosts (browsers.py), HTTP and SageMaker
 
 
 def add_arguments(parser: argparse.ArgumentParser, flag: Callable[..., None]) -> None:
@@ -28,8 +29,14 @@ def add_arguments(parser: argparse.ArgumentParser, flag: Callable[..., None]) ->
                         help="infer requests' headers whose name this regular expression matches (anywhere in the "
                              "name, ignoring case) reach the model as string parameters; empty: none")
     flag(parser, "--allow-dashboard", True, "serve the live dashboard at /dashboard (the SageMaker port's when HTTP is "
-                                            "off); its feed needs the model-repository and statistics headers when "
-                                            "--http-restricted-api restricts those")
+                                            "off); its feed needs the header of each category it shows (health, "
+                                            "metadata, model-config, model-repository, statistics) that "
+                                            "--http-restricted-api restricts")
+    parser.add_argument("--http-allowed-hosts", action="append", default=[], metavar="NAME",
+                        help="a Host name requests that change the server's state (load, unload, shared memory, log "
+                             "and trace settings) may use, on the HTTP and SageMaker ports (repeatable; '*': any). "
+                             "IP addresses, localhost and this machine's names always may; others are refused with "
+                             "403 against DNS rebinding")
     d = HttpLimits()
     limit = parser.add_argument
     limit("--http-max-pipelined-requests", type=int, default=d.max_pipelined, metavar="N",
@@ -65,4 +72,5 @@ def from_args(args: argparse.Namespace) -> HttpOptions:
         header_forward=HeaderForward(args.http_header_forward_pattern) if args.http_header_forward_pattern else None,
         limits=HttpLimits(**{name: getattr(args, "http_" + flag.replace("-", "_")) for name, flag in FLAGS.items()}),
         dashboard=args.allow_dashboard,
+        allowed_hosts=args.http_allowed_hosts,
     )

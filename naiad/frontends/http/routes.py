@@ -12,6 +12,7 @@ import orjson
 
 from naiad.core.errors import Code, InferError, internal, invalid
 from naiad.core.request import InferRequest, InferResponse
+from naiad.frontends.http.browsers import BrowserGuard
 from naiad.frontends.http.codec import OutputOptions, decode_request, encode_response
 from naiad.frontends.http.compression import compress, decompress
 from naiad.frontends.http.generate import (
@@ -21,6 +22,7 @@ from naiad.frontends.http.generate import (
     sse_event,
 )
 from naiad.frontends.http.options import HttpOptions
+from naiad.repository.consent import CodeConsent
 from naiad.repository.control import decode_files
 from naiad.repository.model import ModelVersion
 from naiad.service import Service
@@ -80,6 +82,9 @@ class Router:
                 category: (key.lower().encode("latin-1"), value.encode("latin-1"),
                            Reply(403, orjson.dumps({"error": options.restricted.refusal(category)})))
                 for category, (key, value) in options.restricted.rules.items()}
+        # Routes that change state refuse what a web page made a browser send (browsers.py); infer is not checked.
+        self.guard = BrowserGuard(options.allowed_hosts)
+        self.consent = CodeConsent(options.restricted.rule("model-repository") is not None, "--http-restricted-api")
         self.dashboard: Any = None  # GET /dashboard (--allow-dashboard), outside /v2: no cost on the routes below
         if options.dashboard:
             from naiad.frontends.dashboard.routes import Dashboard  # it builds on this module's replies
@@ -122,7 +127,7 @@ class Router:
                 return self._get(method, lambda: json_reply(self.service.model_metadata(name, version)))
             if rest == ["trace", "setting"] and not version:  # Triton has no versioned trace settings
                 from naiad.frontends.http import settings  # it builds on this module's replies
-                return self._settings(method, lambda: settings.trace(self.service, method, name, body))
+                return self._settings(method, headers, lambda: settings.trace(self.service, method, name, body))
             if len(rest) == 1:
                 action = rest[0]
                 if action == "infer":
@@ -148,15 +153,18 @@ class Router:
             if parts[2] == "ready":
                 return self._get(method, lambda: Reply(200 if self.service.is_ready() else 400))
         if parts[1] == "repository":
-            return self._repository(method, parts[2:], body)
+            return self._repository(method, parts[2:], headers, body)
         if parts[1:] in (["trace", "setting"], ["logging"]):
             from naiad.frontends.http import settings
         if parts[1:] == ["trace", "setting"]:
-            return self._settings(method, lambda: settings.trace(self.service, method, "", body))
+            return self._settings(method, headers, lambda: settings.trace(self.service, method, "", body))
         if parts[1:] == ["logging"]:
-            return self._settings(method, lambda: settings.logging(self.service, method, body))
+            return self._settings(method, headers, lambda: settings.logging(self.service, method, body))
         if parts[1] in ("systemsharedmemory", "cudasharedmemory"):
             from naiad.frontends.http.shared_memory import route  # it builds on this module's replies
+            refused = self.from_browser(headers) if method == b"POST" else None  # register / unregister
+            if refused is not None:
+                return refused
             return route(self.service.shared_memory, method, parts, body)
         return _not_found()
 
@@ -170,11 +178,19 @@ class Router:
             return None
         return rule[2]
 
-    @staticmethod
-    def _settings(method: bytes, produce: Callable[[], Reply]) -> Reply:
+    def from_browser(self, headers: dict[bytes, bytes]) -> Reply | None:
+        """403 for a state-changing request a web page made a browser send (a foreign Host or Origin)."""
+        reason = self.guard.refusal(headers)
+        return None if reason is None else Reply(403, orjson.dumps({"error": reason}))
+
+    def _settings(self, method: bytes, headers: dict[bytes, bytes], produce: Callable[[], Reply]) -> Reply:
         """Trace and log settings: read with GET, changed with POST."""
         if method not in (b"GET", b"HEAD", b"POST"):
             return _method_not_allowed()
+        if method == b"POST":
+            refused = self.from_browser(headers)
+            if refused is not None:
+                return refused
         return produce()
 
     @staticmethod
@@ -259,7 +275,8 @@ class Router:
                 "generate_stream", Code.UNSUPPORTED))
         return _generate_reply(answers[0])
 
-    def _repository(self, method: bytes, rest: list[str], body: bytes | bytearray) -> Reply | Deferred:
+    def _repository(self, method: bytes, rest: list[str], headers: dict[bytes, bytes], body: bytes | bytearray
+                    ) -> Reply | Deferred:
         if rest == ["index"] and method != b"POST":
             return _method_not_allowed()
         if rest == ["index"]:
@@ -272,6 +289,9 @@ class Router:
                 ready_only = bool(isinstance(doc, dict) and doc.get("ready"))
             return json_reply(self.service.repository_index(ready_only))
         if len(rest) == 3 and rest[0] == "models" and rest[2] in ("load", "unload") and method == b"POST":
+            refused = self.from_browser(headers)
+            if refused is not None:
+                return refused
             # Loads take a while (the model initializes): the reply waits on a task, the loop keeps serving.
             return Deferred(asyncio.ensure_future(self._model_control(rest[1], rest[2], body)), lambda f: f.result())
         return _not_found()
@@ -291,7 +311,8 @@ class Router:
                 config = parameters.get("config")
                 if config is not None and not isinstance(config, str):
                     raise internal("attempt to access JSON non-string as string")
-                await self.service.load_model(name, config, decode_files(parameters, base64_encoded=True))
+                await self.service.load_model(name, config, decode_files(parameters, base64_encoded=True),
+                                              self.consent)
             else:
                 dependents = parameters.get("unload_dependents", False)
                 if not isinstance(dependents, bool):

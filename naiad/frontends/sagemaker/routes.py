@@ -45,13 +45,16 @@ def sagemaker_error(error: InferError) -> Reply:
 
 
 class SageMakerRouter:
-    def __init__(self, service: Service, options: SageMakerOptions, http: HttpOptions | None = None) -> None:
+    def __init__(self, service: Service, options: SageMakerOptions, http: HttpOptions | None = None,
+                 allowed_hosts: list[str] | None = None) -> None:
         assert service.residency is not None
         self.service = service
         self.options = options
         self.residency: Residency = service.residency
         self.stats: ResidencyStats = self.residency.stats
-        self.http = Router(service)  # generate / generate_stream are the HTTP front end's, as in Triton
+        # generate / generate_stream are the HTTP front end's, as in Triton; its browser guard (--http-allowed-hosts)
+        # also fences the multi-model load and unload.
+        self.http = Router(service, HttpOptions(allowed_hosts=allowed_hosts or []))
         from naiad.frontends.sagemaker.runtime import RuntimeDoor
 
         self.runtime = RuntimeDoor(self)
@@ -89,9 +92,11 @@ class SageMakerRouter:
         if method == b"POST":
             if action:
                 return self._invoke(key, headers, body)
-            return Deferred(asyncio.ensure_future(self._load(headers, body)), lambda f: f.result())
+            refused = self.http.from_browser(headers)  # a multi-model load changes state
+            return refused or Deferred(asyncio.ensure_future(self._load(headers, body)), lambda f: f.result())
         if method == b"DELETE":
-            return Deferred(asyncio.ensure_future(self._unload(key, headers)), lambda f: f.result())
+            refused = self.http.from_browser(headers)
+            return refused or Deferred(asyncio.ensure_future(self._unload(key, headers)), lambda f: f.result())
         return bare(400)
 
     # --- single-model endpoint ---------------------------------------------------------------------------------

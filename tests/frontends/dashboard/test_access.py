@@ -1,6 +1,6 @@
-"""Who may see the dashboard, and where: ``--allow-dashboard``, the restricted-API rule (the feed is in the
-model-repository and statistics categories; the page itself holds no data), and the SageMaker port (the dashboard
-there only when HTTP is off; the multi-model residency in the feed)."""
+"""Who may see the dashboard, and where: ``--allow-dashboard``, the restricted-API rule (the feed is in every category
+whose data it shows: health, metadata, model-config, model-repository, statistics; the page itself holds no data),
+and the SageMaker port (the dashboard there only when HTTP is off; the multi-model residency in the feed)."""
 
 from __future__ import annotations
 
@@ -59,6 +59,25 @@ def test_restricted_feed_needs_each_categorys_header(restricted: tuple[RunningSe
     assert document["server"]["live"] is True
     # Restricting inference alone does not hide the dashboard: it infers nothing.
     assert server.request("POST", "/v2/models/x/infer", "{}")[:3:2] == (403, _refused("infer-key"))
+
+
+def test_feed_is_fenced_by_metadata_model_config_and_health_too(tmp_path: Path) -> None:
+    """Issue 19: the feed was open when only metadata and model-config were restricted, though it shows both (each
+    model's platform and instances, the server's name and version)."""
+    write_model(tmp_path, "ident", IDENTITY_FP32.format(name="ident"), IDENTITY_PY)
+    server = RunningServer([tmp_path], "--http-restricted-api=metadata:meta-key=m",
+                           "--http-restricted-api=model-config:config-key=c", "--http-restricted-api=health:h-key=h",
+                           "--allow-grpc=false", "--allow-metrics=false", wait_ready=False, wait_port=True)
+    try:
+        assert server.request("GET", "/dashboard/feed")[:3:2] == (403, _refused("h-key"))
+        assert server.request("GET", "/dashboard/feed", headers={"h-key": "h"})[:3:2] == (403, _refused("meta-key"))
+        partial = {"h-key": "h", "meta-key": "m"}
+        assert server.request("GET", "/dashboard/feed", headers=partial)[:3:2] == (403, _refused("config-key"))
+        document = feed(server, headers={**partial, "config-key": "c"})
+        [ident] = [m for m in document["models"] if m["name"] == "ident"]
+        assert ident["platform"] == "python" and document["server"]["id"] == "triton"
+    finally:
+        server.stop()
 
 
 def test_residency_in_the_feed(restricted: tuple[RunningServer, Path]) -> None:
