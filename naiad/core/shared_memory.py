@@ -43,6 +43,7 @@ except ImportError:  # pragma: no cover - not a POSIX system
 _SIZE_T = 1 << 64  # Triton reads offsets and sizes as size_t: a negative gRPC int64 wraps around
 _OBJECT = np.dtype(np.object_)
 _IO_MAX = 0x7FFFF000  # Linux moves at most this much per read(2)/write(2)
+_LARGE = 1 << 20  # inputs from this size on are read into a NumPy array rather than a new bytes object
 DEFAULT_MAX_REGIONS = 1024
 _closing = threading.Lock()  # a descriptor is closed once, whichever thread lets the region go last
 
@@ -64,35 +65,41 @@ class Region:
     def status(self) -> dict[str, Any]:
         return {"name": self.name, "key": self.key, "offset": self.offset, "byte_size": self.byte_size}
 
-    def read(self, offset: int, byte_size: int) -> bytes | bytearray:
-        """``byte_size`` bytes from ``offset`` in the window (bounds already checked); a short object is an error."""
+    def read(self, offset: int, byte_size: int) -> bytes | memoryview:
+        """``byte_size`` bytes from ``offset`` in the window (bounds already checked), read-only; a short object is
+        an error."""
         at = self.offset + offset
-        if byte_size <= _IO_MAX:
-            data: bytes | bytearray = os.pread(self.fd, byte_size, at)
-            got = len(data)
-        else:
-            data = bytearray(byte_size)
-            view = memoryview(data)
-            got = 0
-            while got < byte_size:
-                n = os.preadv(self.fd, [view[got:got + _IO_MAX]], at + got)
-                if n <= 0:
-                    break
-                got += n
-        if got != byte_size:
-            raise self._short(at + byte_size)
-        return data
+        if byte_size < _LARGE:
+            data = os.pread(self.fd, byte_size, at)
+            if len(data) != byte_size:
+                raise self._short(at + byte_size)
+            return data
+        # Large: into an uninitialized array (NumPy backs big ones with huge pages: fewer faults than bytes would
+        # take), in steps of what one read(2) moves.
+        array = np.empty(byte_size, np.uint8)
+        view = array.data
+        got = 0
+        while got < byte_size:
+            n = os.preadv(self.fd, [view[got:got + _IO_MAX]], at + got)
+            if n <= 0:
+                raise self._short(at + byte_size)
+            got += n
+        array.flags.writeable = False
+        return array.data
 
     def write(self, offset: int, raw: Any) -> None:
-        """Put ``raw`` (a byte buffer) at ``offset`` in the window, if the object still reaches that far."""
-        view = memoryview(raw).cast("B")
+        """Put ``raw`` (bytes, or a contiguous uint8 array) at ``offset`` in the window, if the object still
+        reaches that far."""
         at = self.offset + offset
+        end = at + len(raw)
         # A write past the end would not fault, but it would grow the client's object back: refuse it instead.
-        if os.fstat(self.fd).st_size < at + len(view):
-            raise self._short(at + len(view))
-        done = 0
-        while done < len(view):
-            done += os.pwrite(self.fd, view[done:done + _IO_MAX], at + done)
+        if os.lseek(self.fd, 0, os.SEEK_END) < end:  # (the size, cheaper than fstat)
+            raise self._short(end)
+        done = os.pwrite(self.fd, raw, at)
+        if done < len(raw):  # over 2 GiB: the rest in steps
+            view = memoryview(raw).cast("B")
+            while done < len(view):
+                done += os.pwrite(self.fd, view[done:done + _IO_MAX], at + done)
 
     def _short(self, needed: int) -> InferError:
         try:
@@ -246,9 +253,7 @@ class SharedMemoryUse:
     def input(self, registry: SharedMemoryRegistry | None, name: str, offset: int,
               byte_size: int) -> bytes | memoryview:
         """A copy of an input's bytes, read-only as the other sources of input bytes are."""
-        region = self._hold(registry, name, offset, byte_size)
-        data = region.read(offset % _SIZE_T, byte_size)
-        return data if type(data) is bytes else memoryview(data).toreadonly()
+        return self._hold(registry, name, offset, byte_size).read(offset % _SIZE_T, byte_size)
 
     def output(self, registry: SharedMemoryRegistry | None, tensor: str, name: str, offset: int,
                byte_size: int) -> None:

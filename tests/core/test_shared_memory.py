@@ -237,3 +237,23 @@ def test_a_fifo_is_not_a_region(registry: SharedMemoryRegistry) -> None:
                 f"Invalid shared memory region: '{KEY}-fifo'")
     finally:
         os.unlink(path)
+
+
+def test_large_inputs_read_whole_or_refused(registry: SharedMemoryRegistry) -> None:
+    """From 1 MiB on an input is read into an array of its own: the same bytes, read-only, and the same refusal
+    when the object has shrunk under it."""
+    size = 3 << 20
+    fd = shm_open(KEY, os.O_CREAT | os.O_EXCL | os.O_RDWR, 0o600)
+    try:
+        os.pwrite(fd, np.arange(size // 4, dtype=np.int32).tobytes(), 0)
+        registry.register("big", KEY, 0, size)
+        use = SharedMemoryUse()
+        array = np.frombuffer(use.input(registry, "big", 4, size - 8), dtype=np.int32)
+        assert array.tolist() == list(range(1, size // 4 - 1)) and not array.flags.writeable
+        os.ftruncate(fd, size // 2)
+        _raises(lambda: use.input(registry, "big", 0, size), Code.INVALID_ARG,
+                f"shared memory region 'big' is smaller than its registered offset + byte size: its object '{KEY}' "
+                f"holds {size // 2} bytes, {size} needed (it was truncated after registration)")
+    finally:
+        os.close(fd)
+        shm_unlink(KEY)
