@@ -76,7 +76,11 @@ class Region:
             return data
         # Large: into an uninitialized array (NumPy backs big ones with huge pages: fewer faults than bytes would
         # take), in steps of what one read(2) moves.
-        array = np.empty(byte_size, np.uint8)
+        try:
+            array = np.empty(byte_size, np.uint8)
+        except MemoryError:
+            raise invalid(f"unable to read {byte_size} bytes from shared memory region '{self.name}': out of "
+                          "memory") from None
         view = array.data
         got = 0
         while got < byte_size:
