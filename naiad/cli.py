@@ -120,6 +120,8 @@ def build_parser() -> argparse.ArgumentParser:
     serve.add_argument("--http-max-input-size", type=int, default=64 * 1024 * 1024,
                        help="largest request body accepted, in bytes")
     _flag(serve, "--reuse-http-port", False, "let several servers listen on the HTTP port (SO_REUSEPORT)")
+    serve.add_argument("--shared-memory-max-regions", type=int, default=1024, metavar="N",
+                       help="most system shared memory regions registered at once (each keeps a descriptor open)")
     http_options.add_arguments(serve, _flag)
     grpc_options.add_arguments(serve, _flag)
     metrics_options.add_arguments(serve, _flag)
@@ -240,6 +242,7 @@ def serve(args: argparse.Namespace) -> int:
         http_port=args.http_port,
         http_max_input_size=args.http_max_input_size,
         reuse_http_port=args.reuse_http_port,
+        shared_memory_max_regions=args.shared_memory_max_regions,
         backend_config=_backend_config(args.backend_config),
         cache_config=args.cache_config + ([f"local,size={args.response_cache_byte_size}"]
                                           if args.response_cache_byte_size is not None else []),

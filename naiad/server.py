@@ -54,6 +54,7 @@ class ServerOptions:
     http_port: int = 8000
     http_max_input_size: int = 64 * 1024 * 1024
     reuse_http_port: bool = False
+    shared_memory_max_regions: int = 1024  # registrations at once (each keeps a descriptor)
     backend_config: dict[str, dict[str, str]] = field(default_factory=dict)
     cache_config: list[str] = field(default_factory=list)
     rate_limit: str = "off"
@@ -109,6 +110,7 @@ class Server:
         if options.log_settings is not None:
             self.service.log_settings = options.log_settings
         self.service.tracer = Tracer(options.trace)
+        self.service.shared_memory.max_regions = options.shared_memory_max_regions
         self._servers: list[asyncio.base_events.Server] = []
         self._grpc: Any = None  # grpc.aio.Server, or the lean engine's server
         self._metrics: Any = None  # MetricsService (imported only when metrics are served)

@@ -4,23 +4,30 @@ A client creates a POSIX shared memory object, registers a window of it (key, of
 then names that region on an input (the server reads the tensor from it) or on a requested output (the server
 writes the tensor into it instead of the response). Both front ends share one ``SharedMemoryRegistry``.
 
-Inputs are read-only, zero-copy views of the mapping, as Triton hands its backends the mapped address: a model
-that executes in the server's process (in-process Python, onnxruntime, torch) reads the client's memory
-directly, and a client that writes the region while its request runs changes what the model sees (Triton makes
-no promise either). The default Python backend copies inputs into its worker's arena when it sends the request.
+Regions are read and written through a descriptor kept from registration (``pread``/``pwrite``), never through
+a mapping. The client owns the object and may shrink it at any time (``ftruncate``); touching a mapped page past
+its new end raises SIGBUS, which would end the whole server, and no check before the access can close that race.
+A read past the end just comes back short: the request gets an INVALID_ARG that says so, and the server goes on.
+The price is one copy of each input, a memcpy out of the page cache (``benchmarks/shm_read.py`` measures it),
+and an ``fstat`` beside each output's ``pwrite``. The copy also means a model never sees the client rewrite its
+input mid-request, and no model, in the server or in a worker process, ever holds the client's memory
+(the Python backend copies inputs into its own arena).
 
 A region in use by a request can't be unregistered (Triton 2.51's answer); ``SharedMemoryUse`` is that hold and
-lets go when the request's last reference goes, however the request ends. Unregistering unmaps the region at
-once, unless a model still holds a view of it; the mapping then goes with the last view. CUDA shared memory is
-answered as a Triton without GPUs answers: no regions, registering fails, unregistering succeeds.
+lets go when the request's last reference goes, however the request ends. A region dropped at shutdown while a
+request still holds it keeps its descriptor until that request lets go (a closed descriptor's number could be
+reused by another file). Each region holds one descriptor, so the registry caps their number
+(``--shared-memory-max-regions``). CUDA shared memory is answered as a Triton without GPUs answers: no regions,
+registering fails, unregistering succeeds.
 """
 
 from __future__ import annotations
 
 import errno
 import gc
-import mmap
 import os
+import stat
+import threading
 from typing import Any
 
 import numpy as np
@@ -35,69 +42,132 @@ except ImportError:  # pragma: no cover - not a POSIX system
 
 _SIZE_T = 1 << 64  # Triton reads offsets and sizes as size_t: a negative gRPC int64 wraps around
 _OBJECT = np.dtype(np.object_)
+_IO_MAX = 0x7FFFF000  # Linux moves at most this much per read(2)/write(2)
+_LARGE = 1 << 20  # inputs from this size on are read into a NumPy array rather than a new bytes object
+DEFAULT_MAX_REGIONS = 1024
+_closing = threading.Lock()  # a descriptor is closed once, whichever thread lets the region go last
 
 
 class Region:
-    """One registered window ``[offset, offset + byte_size)`` of the shared memory object ``key``, mapped."""
+    """One registered window ``[offset, offset + byte_size)`` of the shared memory object ``key``, by descriptor."""
 
-    __slots__ = ("name", "key", "offset", "byte_size", "mapping", "data", "users")
+    __slots__ = ("name", "key", "offset", "byte_size", "fd", "users", "dropped")
 
-    def __init__(self, name: str, key: str, offset: int, byte_size: int, mapping: mmap.mmap, start: int) -> None:
+    def __init__(self, name: str, key: str, offset: int, byte_size: int, fd: int) -> None:
         self.name = name
         self.key = key
         self.offset = offset
         self.byte_size = byte_size
-        self.mapping = mapping
-        self.data = memoryview(mapping)[start:start + byte_size]  # mmap maps from a page boundary
+        self.fd = fd
         self.users = 0  # requests holding the region (SharedMemoryUse)
+        self.dropped = False  # out of the registry: the descriptor goes with the last user
 
     def status(self) -> dict[str, Any]:
         return {"name": self.name, "key": self.key, "offset": self.offset, "byte_size": self.byte_size}
 
-    def close(self) -> None:
-        """Unmap now, or, while a model still holds a view of the memory, when that view goes."""
-        self.data.release()
+    def read(self, offset: int, byte_size: int) -> bytes | memoryview:
+        """``byte_size`` bytes from ``offset`` in the window (bounds already checked), read-only; a short object is
+        an error."""
+        at = self.offset + offset
+        if byte_size < _LARGE:
+            data = os.pread(self.fd, byte_size, at)
+            if len(data) != byte_size:
+                raise self._short(at + byte_size)
+            return data
+        # Large: into an uninitialized array (NumPy backs big ones with huge pages: fewer faults than bytes would
+        # take), in steps of what one read(2) moves.
         try:
-            self.mapping.close()
-        except BufferError:
-            pass  # views remain: the mapping is released with the last of them (mmap's own finalizer)
+            array = np.empty(byte_size, np.uint8)
+        except MemoryError:
+            raise invalid(f"unable to read {byte_size} bytes from shared memory region '{self.name}': out of "
+                          "memory") from None
+        view = array.data
+        got = 0
+        while got < byte_size:
+            n = os.preadv(self.fd, [view[got:got + _IO_MAX]], at + got)
+            if n <= 0:
+                raise self._short(at + byte_size)
+            got += n
+        array.flags.writeable = False
+        return array.data
+
+    def write(self, offset: int, raw: Any) -> None:
+        """Put ``raw`` (bytes, or a contiguous uint8 array) at ``offset`` in the window, if the object still
+        reaches that far."""
+        at = self.offset + offset
+        end = at + len(raw)
+        # A write past the end would not fault, but it would grow the client's object back: refuse it instead.
+        if os.lseek(self.fd, 0, os.SEEK_END) < end:  # (the size, cheaper than fstat)
+            raise self._short(end)
+        done = os.pwrite(self.fd, raw, at)
+        if done < len(raw):  # over 2 GiB: the rest in steps
+            view = memoryview(raw).cast("B")
+            while done < len(view):
+                done += os.pwrite(self.fd, view[done:done + _IO_MAX], at + done)
+
+    def _short(self, needed: int) -> InferError:
+        try:
+            size = os.fstat(self.fd).st_size
+        except OSError:
+            size = 0
+        return invalid(f"shared memory region '{self.name}' is smaller than its registered offset + byte size: "
+                       f"its object '{self.key}' holds {size} bytes, {needed} needed (it was truncated after "
+                       "registration)")
+
+    def close(self) -> None:
+        """Close the descriptor now, or, while a request still holds the region, when it lets go."""
+        with _closing:
+            self.dropped = True
+            if self.users or self.fd < 0:
+                return
+            fd, self.fd = self.fd, -1
+        os.close(fd)
+
+    def release(self) -> None:
+        """One request let go of the region."""
+        self.users -= 1
+        if self.dropped and self.users <= 0:
+            self.close()
 
 
 class SharedMemoryRegistry:
-    def __init__(self) -> None:
+    def __init__(self, max_regions: int = DEFAULT_MAX_REGIONS) -> None:
         self.regions: dict[str, Region] = {}
+        self.max_regions = max_regions  # each region keeps a descriptor open
 
     # --- system shared memory ---------------------------------------------------------------------------------
 
     def register(self, name: str, key: str, offset: int, byte_size: int) -> None:
-        """Map ``byte_size`` bytes of ``key`` from ``offset``; Triton's checks in Triton's order and words."""
+        """Open ``key`` and keep its descriptor for ``byte_size`` bytes from ``offset``; Triton's checks in
+        Triton's order and words, then the object's size (it must hold the whole window now) and the cap."""
         if name in self.regions:
             raise InferError(f"shared memory region '{name}' already in manager", Code.ALREADY_EXISTS)
+        if len(self.regions) >= self.max_regions:
+            raise invalid(f"failed to register shared memory region '{name}': the server already holds "
+                          f"{len(self.regions)} regions, its limit (--shared-memory-max-regions); unregister "
+                          "regions no longer used")
         try:
             if shm_open is None:
                 raise OSError(errno.ENOSYS, os.strerror(errno.ENOSYS))
-            fd = shm_open(key, os.O_RDWR, 0o600)
+            fd = shm_open(key, os.O_RDWR, 0o600)  # glibc adds O_NOFOLLOW and O_CLOEXEC
         except (OSError, ValueError):
             raise internal(f"Unable to open shared memory region: '{key}'") from None
         try:
             try:
-                size = os.fstat(fd).st_size
+                info = os.fstat(fd)
             except OSError:
                 raise internal(f"Invalid shared memory region: '{key}'") from None
-            if offset + byte_size > size:
+            if not stat.S_ISREG(info.st_mode):  # e.g. a FIFO someone put in /dev/shm: reads would block
+                raise internal(f"Invalid shared memory region: '{key}'")
+            if offset + byte_size > info.st_size:
                 raise invalid(f"failed to register shared memory region '{name}': invalid args")
-            # Any offset works (Triton's mmap wants it page aligned): the mapping starts at the page below it.
-            start = offset % mmap.ALLOCATIONGRANULARITY
-            try:
-                if byte_size == 0:  # mmap(2) refuses an empty mapping (Python's would map the whole object)
-                    raise OSError(errno.EINVAL, os.strerror(errno.EINVAL))
-                mapping = mmap.mmap(fd, start + byte_size, offset=offset - start)
-            except OSError as exc:
+            if byte_size == 0:  # Triton's mmap(2) refuses an empty window: so does this registry, in its words
                 raise invalid(f"failed to register shared memory region '{name}': unable to process address space"
-                              f"{exc.strerror}") from None
-        finally:
-            os.close(fd)  # the mapping keeps the memory; Triton closes the descriptor too
-        self.regions[name] = Region(name, key, offset, byte_size, mapping, start)
+                              f"{os.strerror(errno.EINVAL)}")
+        except BaseException:
+            os.close(fd)
+            raise
+        self.regions[name] = Region(name, key, offset, byte_size, fd)
 
     def unregister(self, name: str) -> None:
         """Unknown names are fine, as in Triton; a region some request still uses is not released."""
@@ -132,7 +202,7 @@ class SharedMemoryRegistry:
         return [region.status()]
 
     def close(self) -> None:
-        """At shutdown: release every region, in use or not."""
+        """At shutdown: drop every region, in use or not (one in use keeps its descriptor until its request ends)."""
         regions, self.regions = self.regions, {}
         for region in regions.values():
             region.close()
@@ -174,28 +244,28 @@ class SharedMemoryUse:
 
     def __init__(self) -> None:
         self.regions: list[Region] = []
-        self.outputs: dict[str, memoryview] = {}
+        self.outputs: dict[str, tuple[Region, int, int]] = {}  # tensor -> (region, offset, byte_size)
 
-    def _hold(self, registry: SharedMemoryRegistry | None, name: str, offset: int, byte_size: int) -> memoryview:
+    def _hold(self, registry: SharedMemoryRegistry | None, name: str, offset: int, byte_size: int) -> Region:
         if registry is None:
             raise not_found(f"Unable to find shared memory region: '{name}'")
         region = registry.find(name, offset, byte_size)
         region.users += 1
         self.regions.append(region)
-        offset %= _SIZE_T
-        return region.data[offset:offset + byte_size]
+        return region
 
-    def input(self, registry: SharedMemoryRegistry | None, name: str, offset: int, byte_size: int) -> memoryview:
-        """A read-only view of an input's bytes."""
-        return self._hold(registry, name, offset, byte_size).toreadonly()
+    def input(self, registry: SharedMemoryRegistry | None, name: str, offset: int,
+              byte_size: int) -> bytes | memoryview:
+        """A copy of an input's bytes, read-only as the other sources of input bytes are."""
+        return self._hold(registry, name, offset, byte_size).read(offset % _SIZE_T, byte_size)
 
     def output(self, registry: SharedMemoryRegistry | None, tensor: str, name: str, offset: int,
                byte_size: int) -> None:
-        self.outputs[tensor] = self._hold(registry, name, offset, byte_size)
+        self.outputs[tensor] = (self._hold(registry, name, offset, byte_size), offset % _SIZE_T, byte_size)
 
     def write(self, tensor: str, array: np.ndarray) -> None:
         """Put an output where the request asked for it (BYTES serialized, numbers little-endian)."""
-        target = self.outputs[tensor]
+        region, offset, byte_size = self.outputs[tensor]
         if array.dtype == _OBJECT:
             raw: Any = serialize_bytes(array)
         else:
@@ -203,11 +273,11 @@ class SharedMemoryUse:
             if flat.dtype.byteorder == ">":
                 flat = flat.astype(flat.dtype.newbyteorder("<"))
             raw = flat.view(np.uint8)
-        if len(raw) > len(target):
-            raise internal(f"shared memory size specified with the request for output '{tensor}' ({len(target)} "
+        if len(raw) > byte_size:
+            raise internal(f"shared memory size specified with the request for output '{tensor}' ({byte_size} "
                            f"bytes) should be at least {len(raw)} bytes to hold the results")
-        target[:len(raw)] = memoryview(raw)  # the view keeps the mapping alive, even past a shutdown's close()
+        region.write(offset, raw)  # the hold keeps the descriptor open, even past a shutdown's close()
 
     def __del__(self) -> None:
         for region in self.regions:
-            region.users -= 1
+            region.release()

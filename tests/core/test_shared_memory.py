@@ -1,5 +1,6 @@
 """The shared memory registry on its own: registering windows of POSIX shared memory objects, Triton's bounds
-checks, what a request holds, writing outputs, and releasing mappings (checked in /proc/self/maps)."""
+checks, what a request holds, writing outputs, and releasing regions (their descriptors, checked in /proc/self/fd;
+the registry never maps a client's object, checked in /proc/self/maps)."""
 
 from __future__ import annotations
 
@@ -19,12 +20,20 @@ KEY = f"/naiad-unit-{os.getpid()}"
 
 @pytest.fixture
 def segment() -> Iterator[Callable[[int, int], bytes]]:
-    """A 3-page shared memory object holding bytes 0, 1, 2, ... (mod 256), written and read through a descriptor
-    so that only the registry maps it; yields a reader of its bytes."""
+    """A 3-page shared memory object holding bytes 0, 1, 2, ... (mod 256), written and read through descriptors
+    open only meanwhile, so that only the registry holds it; yields a reader of its bytes."""
     fd = shm_open(KEY, os.O_CREAT | os.O_EXCL | os.O_RDWR, 0o600)
     os.pwrite(fd, bytes(i % 256 for i in range(3 * 4096)), 0)
-    yield lambda offset, size: os.pread(fd, size, offset)
     os.close(fd)
+
+    def read(offset: int, size: int) -> bytes:
+        fd = shm_open(KEY, os.O_RDONLY, 0o600)
+        try:
+            return os.pread(fd, size, offset)
+        finally:
+            os.close(fd)
+
+    yield read
     shm_unlink(KEY)
 
 
@@ -36,9 +45,17 @@ def registry() -> Iterator[SharedMemoryRegistry]:
 
 
 def _mapped() -> bool:
+    """Whether this process holds the object: by an open descriptor (the registry's way) or a mapping."""
     gc.collect()  # pytest.raises keeps failed calls' frames (and what they hold) in reference cycles
     with open("/proc/self/maps") as maps:
-        return f"/dev/shm{KEY}" in maps.read()
+        assert f"/dev/shm{KEY}" not in maps.read()  # never mapped: a truncated object can't fault the server
+    for fd in os.listdir("/proc/self/fd"):
+        try:
+            if os.readlink(f"/proc/self/fd/{fd}") == f"/dev/shm{KEY}":
+                return True
+        except OSError:
+            pass
+    return False
 
 
 def _raises(call, code: Code, message: str) -> None:
@@ -80,7 +97,7 @@ def test_windows_at_any_offset(registry: SharedMemoryRegistry, segment: object) 
     use = SharedMemoryUse()
     view = use.input(registry, "w", 2, 4)
     assert bytes(view) == bytes(i % 256 for i in range(4096 + 12, 4096 + 16))
-    assert view.readonly  # a model can't write into the client's input
+    assert not np.frombuffer(view, dtype=np.uint8).flags.writeable  # read-only, as every other input source
 
 
 @pytest.mark.parametrize(("offset", "size", "message"), [
@@ -114,22 +131,21 @@ def test_in_use_until_the_request_goes(registry: SharedMemoryRegistry, segment: 
     assert [r["name"] for r in registry.status()] == ["r"]  # the free one went
     del use
     gc.collect()
-    # The model still holds the input: the name goes now, the mapping with the array.
+    # The model holds a copy of its input, not the region: the name and the descriptor go at once.
     registry.unregister("r")
-    assert registry.status() == [] and _mapped()
+    registry.unregister("s")
+    assert registry.status() == [] and not _mapped()
     assert array.tolist() == np.frombuffer(bytes(range(16)), dtype=np.int32).tolist()
-    del array
-    assert not _mapped()
 
 
-def test_outputs(registry: SharedMemoryRegistry, segment: object) -> None:
+def test_outputs(registry: SharedMemoryRegistry, segment: Callable[[int, int], bytes]) -> None:
     registry.register("r", KEY, 0, 64)
     use = SharedMemoryUse()
     use.output(registry, "A", "r", 0, 16)
     use.output(registry, "B", "r", 16, 40)
     use.write("A", np.array([1, 2, 3, 4], dtype=">i4"))  # big-endian arrays still land little-endian
     use.write("B", np.array([b"ab", b""], dtype=np.object_))
-    data = bytes(registry.regions["r"].data)
+    data = segment(0, 64)
     assert np.frombuffer(data[:16], dtype="<i4").tolist() == [1, 2, 3, 4]
     assert data[16:30] == b"\x02\x00\x00\x00ab\x00\x00\x00\x00" + bytes(range(26, 30))
     _raises(lambda: use.write("A", np.zeros(5, dtype=np.int32)), Code.INTERNAL,
@@ -164,3 +180,80 @@ def test_cuda_answers(registry: SharedMemoryRegistry, segment: object) -> None:
 def test_no_registry_means_no_region() -> None:
     _raises(lambda: SharedMemoryUse().input(None, "r", 0, 4), Code.NOT_FOUND,
             "Unable to find shared memory region: 'r'")
+
+
+def _truncate(size: int) -> None:
+    fd = shm_open(KEY, os.O_RDWR, 0o600)
+    try:
+        os.ftruncate(fd, size)
+    finally:
+        os.close(fd)
+
+
+def test_a_truncated_object_fails_the_access_not_the_process(registry: SharedMemoryRegistry,
+                                                             segment: Callable[[int, int], bytes]) -> None:
+    """The client shrinks its object after registering: reads and writes past the new end are errors (a mapping
+    would take SIGBUS here, and pytest with it); a write never grows the object back."""
+    registry.register("r", KEY, 4096, 2 * 4096)
+    use = SharedMemoryUse()
+    use.output(registry, "A", "r", 4096, 16)
+    _truncate(4096 + 100)
+    assert bytes(use.input(registry, "r", 0, 100)) == segment(4096, 100)  # what is still there reads fine
+    _raises(lambda: use.input(registry, "r", 0, 101), Code.INVALID_ARG,
+            f"shared memory region 'r' is smaller than its registered offset + byte size: its object '{KEY}' holds "
+            f"4196 bytes, 4197 needed (it was truncated after registration)")
+    _truncate(0)
+    _raises(lambda: use.write("A", np.arange(4, dtype=np.int32)), Code.INVALID_ARG,
+            f"shared memory region 'r' is smaller than its registered offset + byte size: its object '{KEY}' holds "
+            f"0 bytes, 8208 needed (it was truncated after registration)")
+    assert segment(0, 1) == b""  # still empty
+    _truncate(3 * 4096)  # grown back by its owner: the region serves again
+    use.write("A", np.arange(4, dtype=np.int32))
+    assert segment(2 * 4096, 16) == np.arange(4, dtype=np.int32).tobytes()
+
+
+def test_registrations_are_capped(segment: object) -> None:
+    registry = SharedMemoryRegistry(max_regions=3)
+    try:
+        for name in "abc":
+            registry.register(name, KEY, 0, 64)
+        _raises(lambda: registry.register("d", KEY, 0, 64), Code.INVALID_ARG,
+                "failed to register shared memory region 'd': the server already holds 3 regions, its limit "
+                "(--shared-memory-max-regions); unregister regions no longer used")
+        registry.unregister("a")
+        registry.register("d", KEY, 0, 64)  # room again
+        assert [r["name"] for r in registry.status()] == ["b", "c", "d"]
+    finally:
+        registry.close()
+    assert not _mapped()
+
+
+def test_a_fifo_is_not_a_region(registry: SharedMemoryRegistry) -> None:
+    """Someone's FIFO in /dev/shm: refused at registration, never read (a read would block the server)."""
+    path = f"/dev/shm{KEY}-fifo"
+    os.mkfifo(path, 0o600)
+    try:
+        _raises(lambda: registry.register("f", f"{KEY}-fifo", 0, 0), Code.INTERNAL,
+                f"Invalid shared memory region: '{KEY}-fifo'")
+    finally:
+        os.unlink(path)
+
+
+def test_large_inputs_read_whole_or_refused(registry: SharedMemoryRegistry) -> None:
+    """From 1 MiB on an input is read into an array of its own: the same bytes, read-only, and the same refusal
+    when the object has shrunk under it."""
+    size = 3 << 20
+    fd = shm_open(KEY, os.O_CREAT | os.O_EXCL | os.O_RDWR, 0o600)
+    try:
+        os.pwrite(fd, np.arange(size // 4, dtype=np.int32).tobytes(), 0)
+        registry.register("big", KEY, 0, size)
+        use = SharedMemoryUse()
+        array = np.frombuffer(use.input(registry, "big", 4, size - 8), dtype=np.int32)
+        assert array.tolist() == list(range(1, size // 4 - 1)) and not array.flags.writeable
+        os.ftruncate(fd, size // 2)
+        _raises(lambda: use.input(registry, "big", 0, size), Code.INVALID_ARG,
+                f"shared memory region 'big' is smaller than its registered offset + byte size: its object '{KEY}' "
+                f"holds {size // 2} bytes, {size} needed (it was truncated after registration)")
+    finally:
+        os.close(fd)
+        shm_unlink(KEY)

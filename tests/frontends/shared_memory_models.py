@@ -175,8 +175,18 @@ def string_roundtrip(client: Any, module: ModuleType) -> Any:
 
 
 def mapped(pid: int, shm_key: str) -> bool:
-    """Whether process ``pid`` maps the shared memory object ``shm_key`` (Linux: /proc/<pid>/maps)."""
-    return f"/dev/shm/{shm_key.lstrip('/')}" in Path(f"/proc/{pid}/maps").read_text()
+    """Whether process ``pid`` holds the shared memory object ``shm_key``: a mapping (/proc/<pid>/maps) or an open
+    descriptor (/proc/<pid>/fd), the way naiad keeps a region."""
+    path = f"/dev/shm/{shm_key.lstrip('/')}"
+    if path in Path(f"/proc/{pid}/maps").read_text():
+        return True
+    for fd in Path(f"/proc/{pid}/fd").iterdir():
+        try:
+            if os.readlink(fd) == path:
+                return True
+        except OSError:
+            pass  # closed meanwhile
+    return False
 
 
 def wait_for_file(path: Path, timeout: float = 30.0) -> None:

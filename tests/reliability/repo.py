@@ -29,6 +29,32 @@ _ECHO_PID_CONFIG = """
             {{ name: "PID", data_type: TYPE_INT64, dims: [ 1 ] }}]
 """
 
+# An echo that says which process ran it; a request whose "hold" parameter names a file touches that file and
+# then stays in execute until its worker is killed; while the file "slow_init" beside model.py exists, initialize
+# takes 3 s (a restart that is slow).
+_GATED_PY = """
+    import json, os, time
+    import numpy as np
+    import triton_python_backend_utils as pb_utils
+
+    HERE = os.path.dirname(__file__)
+
+    class TritonPythonModel:
+        def initialize(self, args):
+            if os.path.exists(os.path.join(HERE, "slow_init")):
+                time.sleep(3)
+
+        def execute(self, requests):
+            pid = np.array([os.getpid()], dtype=np.int64)
+            for r in requests:
+                hold = json.loads(r.parameters()).get("hold")
+                if hold:
+                    open(hold, "w").close()
+                    time.sleep(60)
+            return [pb_utils.InferenceResponse([pb_utils.Tensor("OUTPUT0", r.inputs()[0].as_numpy()),
+                                                pb_utils.Tensor("PID", pid)]) for r in requests]
+"""
+
 # With the response cache (the fuzz servers run with --cache-config): odd BYTES meet its hashing.
 _BYTES_CONFIG = """
     name: "bytes"
@@ -241,3 +267,9 @@ def write_slow(repo: Path, name: str, delay: float, max_queue_size: int = 0, que
         (f" default_timeout_microseconds: {queue_timeout_us}" if queue_timeout_us else "")
     queue = "max_queue_delay_microseconds: 100" + (f" default_queue_policy {{ {policy} }}" if policy else "")
     write_model(repo, name, _SLOW_CONFIG.format(name=name, queue=queue), _SLOW_PY.replace("{delay}", str(delay)))
+
+
+def write_gated(repo: Path, name: str) -> Path:
+    """``_GATED_PY`` under ``name`` (one instance); returns its version folder."""
+    write_model(repo, name, _ECHO_PID_CONFIG.format(name=name), _GATED_PY)
+    return repo / name / "1"

@@ -1,6 +1,7 @@
 """kill -9 of a Python model's worker process under load: the other models keep answering every request, the
 model's own requests fail cleanly (an error answer, never a hang past the client's timeout), and its worker is
-restarted and serves again."""
+restarted and serves again. Requests queued behind the killed one, that the worker never began, wait for the
+restart and are served (issue 19, item 8), for a bounded time."""
 
 from __future__ import annotations
 
@@ -8,6 +9,7 @@ import http.client
 import json
 import os
 import signal
+import threading
 import time
 from pathlib import Path
 
@@ -15,7 +17,7 @@ import psutil
 
 from tests.reliability import procs
 from tests.reliability.load import Load, fp32_body, infer_once
-from tests.reliability.repo import write_echo_pid, write_onnx_add_sub
+from tests.reliability.repo import write_echo_pid, write_gated, write_onnx_add_sub
 from tests.server import RunningServer
 
 TIMEOUT = 10.0
@@ -81,5 +83,87 @@ def test_killed_worker_is_restarted_and_others_never_fail(tmp_path: Path) -> Non
         after = [r for r in victim if r.started > killed_at + recovered]
         assert after and all(r.status == 200 for r in after), [r for r in after if r.status != 200][:3]
         assert not procs.zombies(server.proc.pid)
+    finally:
+        server.stop()
+
+
+def _post(port: int, model: str, parameters: dict, into: list, index: int) -> None:
+    body = json.dumps({"inputs": [{"name": "INPUT0", "datatype": "FP32", "shape": [1], "data": [float(index)]}],
+                       "parameters": parameters}).encode()
+    conn = http.client.HTTPConnection("127.0.0.1", port, timeout=TIMEOUT)
+    started = time.monotonic()
+    try:
+        status, doc = infer_once(conn, model, body)
+    finally:
+        conn.close()
+    into[index] = (status, doc, time.monotonic() - started)
+
+
+def _kill_behind_a_queue(server: RunningServer, model: str, hold: Path, queued: int,
+                         parameters: dict | None = None) -> tuple[int, list]:
+    """One request held inside execute, ``queued`` more sent behind it (into the worker's pipeline), then the
+    worker killed: every request's (status, body, seconds)."""
+    pid, _ = _pid(server.http_port, model)
+    results: list = [None] * (queued + 1)
+    threads = [threading.Thread(target=_post, args=(server.http_port, model, {"hold": str(hold)}, results, 0))]
+    threads[0].start()
+    for _ in range(1000):
+        if hold.exists():
+            break
+        time.sleep(0.01)
+    assert hold.exists(), server.log()[-2000:]
+    for i in range(1, queued + 1):
+        threads.append(threading.Thread(target=_post, args=(server.http_port, model, parameters or {}, results, i)))
+        threads[-1].start()
+    time.sleep(0.3)  # they reach the worker's queue (its socket): sent, but never begun
+    os.kill(pid, signal.SIGKILL)
+    for thread in threads:
+        thread.join(TIMEOUT + 5)
+    return pid, results
+
+
+def test_requests_queued_behind_a_killed_worker_run_on_its_replacement(tmp_path: Path) -> None:
+    repo = tmp_path / "repo"
+    write_gated(repo, "gated")
+    server = RunningServer([repo])
+    try:
+        old_pid, results = _kill_behind_a_queue(server, "gated", tmp_path / "held", queued=4)
+        status, doc, _ = results[0]
+        assert status == 500 and "is not healthy (its process was killed by SIGKILL)" in doc["error"], doc
+        for index, (status, doc, seconds) in enumerate(results[1:], 1):
+            assert status == 200, (index, doc, server.log()[-2000:])
+            outputs = {o["name"]: o["data"] for o in doc["outputs"]}
+            assert outputs["OUTPUT0"] == [float(index)]  # each its own answer
+            assert outputs["PID"][0] != old_pid  # from the replacement
+            assert seconds < 5 + 1  # the wait for a restart is bounded (restart-wait-seconds, 5 by default)
+        assert not procs.zombies(server.proc.pid)
+    finally:
+        server.stop()
+
+
+def test_the_wait_for_a_slow_restart_is_bounded_by_the_request_timeout(tmp_path: Path) -> None:
+    """The replacement takes 3 s to initialize; queued requests with a 0.8 s timeout fail UNAVAILABLE in time
+    (a 503 that says why), and the model serves again once it is back."""
+    repo = tmp_path / "repo"
+    version = write_gated(repo, "gated")
+    server = RunningServer([repo])
+    try:
+        (version / "slow_init").touch()  # for the replacement only: this one has initialized
+        _, results = _kill_behind_a_queue(server, "gated", tmp_path / "held", queued=2,
+                                          parameters={"timeout": 800_000})
+        assert results[0][0] == 500
+        for status, doc, seconds in results[1:]:
+            assert status == 503, doc
+            assert "is not healthy and was not restarted within" in doc["error"], doc
+            assert seconds < 2.5  # 0.8 s from arrival, not the 3 s restart
+        deadline = time.monotonic() + 20
+        while time.monotonic() < deadline:
+            try:
+                _pid(server.http_port, "gated")
+                break
+            except AssertionError:
+                time.sleep(0.1)
+        else:
+            raise AssertionError(f"the model did not come back:\n{server.log()[-3000:]}")
     finally:
         server.stop()

@@ -9,7 +9,8 @@ Backend settings (``--backend-config=python,<key>=<value>``): ``shm-default-byte
 requests a synchronous instance may have queued in its socket; default 16; it still runs them one by one,
 but a deep queue lets a busy worker take several per wake-up and answer them together; with several
 instances a request may wait behind a slow one in its instance's queue, so set it to 1 for Triton's strict
-"idle instance only" dispatch).
+"idle instance only" dispatch) and ``restart-wait-seconds`` (how long requests that a crashed worker never
+began wait for its replacement before they fail UNAVAILABLE; default 5, shortened by a request's own timeout).
 """
 
 from __future__ import annotations
@@ -169,6 +170,10 @@ class WorkerVersion(LoadedVersion):
             depth = max(1, int(options.get("pipeline-depth", "16")))
         except ValueError:
             raise invalid("python backend setting pipeline-depth must be a number") from None
+        try:
+            restart_wait = max(0.0, float(options.get("restart-wait-seconds", "5")))
+        except ValueError:
+            raise invalid("python backend setting restart-wait-seconds must be a number") from None
         if not _plain_scheduling(ctx.config):
             # Batchers, sequence slots, warmup and the rate limiter count instances: one slot each.
             depth = concurrency = 1
@@ -181,7 +186,7 @@ class WorkerVersion(LoadedVersion):
         self.processes: list[WorkerProcess] = []
         for args in _instance_args(ctx):
             spec = WorkerSpec(ctx.name, ctx.version, args["model_instance_name"], model_file, args, decoupled,
-                              [o.name for o in ctx.config.output], shm_default, shm_growth)
+                              [o.name for o in ctx.config.output], shm_default, shm_growth, restart_wait)
             if environment is not None:
                 environment.apply(spec)
             self.processes.append(WorkerProcess(spec, ctx.core))

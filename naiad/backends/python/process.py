@@ -27,7 +27,7 @@ from naiad.backends.python.messages import Kind
 from naiad.backends.python.router import Done, Router
 from naiad.backends.python.shm import Arena
 from naiad.backends.python.transport import Channel
-from naiad.core.errors import Code, InferError, internal
+from naiad.core.errors import Code, InferError, internal, unavailable
 from naiad.core.request import InferRequest
 
 log = logging.getLogger("naiad.python")
@@ -49,6 +49,7 @@ class WorkerSpec:
     output_names: list[str]
     shm_default: int
     shm_growth: int
+    restart_wait: float = 5.0  # seconds an execution waits for a restarting worker before it fails
     python: str = sys.executable
     env: dict[str, str] = field(default_factory=dict)  # extra environment (execution environments)
     python_path: list[str] = field(default_factory=lambda: [NAIAD_ROOT])
@@ -83,6 +84,7 @@ class WorkerProcess:
         self._restarting = False
         self.restarts = 0
         self._finalize_sent: bool | None = None  # None: finalize not asked for yet
+        self._progress = -1  # a memfd holding the tag of the last execution the worker began (see worker.py)
 
     @property
     def loop(self) -> asyncio.AbstractEventLoop | None:
@@ -105,10 +107,13 @@ class WorkerProcess:
         parent, child = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
         env = {**os.environ, **spec.env}
         env["PYTHONPATH"] = os.pathsep.join(spec.python_path + ([env["PYTHONPATH"]] if env.get("PYTHONPATH") else []))
+        self._close_progress()
+        self._progress = _progress_word()
         try:
             self.proc = subprocess.Popen(
                 [spec.python, "-m", "naiad.backends.python.worker", str(child.fileno())],
-                pass_fds=(child.fileno(),), env=env, cwd=str(Path(spec.model_file).parent),
+                pass_fds=(child.fileno(),) + ((self._progress,) if self._progress >= 0 else ()), env=env,
+                cwd=str(Path(spec.model_file).parent),
             )
         except OSError as exc:
             parent.close()
@@ -120,6 +125,8 @@ class WorkerProcess:
             "model_file": spec.model_file, "args": spec.args, "decoupled": spec.decoupled,
             "output_names": spec.output_names, "shm_default": spec.shm_default, "shm_growth": spec.shm_growth,
         }
+        if self._progress >= 0:
+            setup["progress_fd"] = self._progress  # (pass_fds keeps the number)
         # The setup goes first, on the bare socket and in JSON: any interpreter reads it, and the worker builds
         # its channel from it.
         parent.send(M.encode_init(setup, M.local_versions()))
@@ -227,7 +234,8 @@ class WorkerProcess:
         task.add_done_callback(finished)
 
     async def _execute_when_ready(self, requests: list[InferRequest]) -> Execution:
-        """The worker is restarting: wait for it (bounded by the restart itself), then run."""
+        """The worker is restarting: wait for it (at most ``restart_wait`` seconds, or the requests' own
+        timeout if that is sooner), then run."""
         if self.closing:
             error = internal(f"model instance '{self.name}' is unloading")
             return Execution([self.router.error(r, error) for r in requests], failed=True)
@@ -235,7 +243,16 @@ class WorkerProcess:
             self._restarted = asyncio.get_running_loop().create_future()
             if not self._restarting:
                 self._restart()
-        ok = await self._restarted
+        wait = _wait_bound(requests, self.spec.restart_wait)
+        try:
+            ok = await asyncio.wait_for(asyncio.shield(self._restarted), wait)
+        except asyncio.TimeoutError:
+            error = unavailable(f"Failed to process the request(s) for model instance '{self.name}', message: Stub "
+                                f"process '{self.name}' is not healthy and was not restarted within {wait:.3g} s.")
+            return Execution([self.router.error(r, error) for r in requests], failed=True)
+        if all(r.cancelled for r in requests):  # their clients went away while they waited: nothing to run
+            cancelled = InferError("Request was cancelled", Code.CANCELLED)
+            return Execution([self.router.error(r, cancelled) for r in requests], failed="CANCELED")
         if not ok or not self.ready:
             error = internal(f"Failed to process the request(s) for model instance '{self.name}', message: Stub "
                              f"process '{self.name}' is not healthy and could not be restarted.")
@@ -290,6 +307,7 @@ class WorkerProcess:
             proc.kill()
         proc.wait()
         self.router.fail_pending(f"model instance '{self.name}' was unloaded")
+        self._close_progress()
         ch.close()
 
     # --- crashes -----------------------------------------------------------------------------------------------
@@ -311,15 +329,34 @@ class WorkerProcess:
         how = _describe_exit(code)
         log.error("the worker process of model instance '%s' (pid %s) %s; restarting it", self.name,
                   proc.pid if proc else "?", how)
-        router.fail_pending(f"Failed to process the request(s) for model instance '{self.name}', message: Stub "
-                            f"process '{self.name}' is not healthy (its process {how}).")
+        # What it had begun fails (it may be what killed it); what still waited in its queue was never started,
+        # and runs on the replacement, after what never left the outbox.
+        queued = router.fail_pending(f"Failed to process the request(s) for model instance '{self.name}', message: "
+                                     f"Stub process '{self.name}' is not healthy (its process {how}).",
+                                     started=self._started())
+        self._close_progress()
         if ch is not None:
             ch.close()
         if not self.closing:
             self._restart()
-        for pending in unsent:
+        for pending in queued + unsent:
             if pending.done is not None:
                 self._submit_when_ready(pending.requests, pending.done)
+
+    def _started(self) -> int | None:
+        """The tag of the last execution the dead worker began (None: unknown, as if it had begun them all)."""
+        if self._progress < 0:
+            return None
+        try:
+            word = os.pread(self._progress, 8, 0)  # not mapped: the worker could have shrunk it
+        except OSError:
+            return None
+        return int.from_bytes(word, sys.byteorder, signed=True) if len(word) == 8 else None
+
+    def _close_progress(self) -> None:
+        if self._progress >= 0:
+            os.close(self._progress)
+            self._progress = -1
 
     def _restart(self) -> None:
         if self._restarting or self.closing:
@@ -359,6 +396,33 @@ class WorkerProcess:
                 self._restarted.set_result(ok)
 
         asyncio.ensure_future(run(), loop=loop)
+
+
+def _wait_bound(requests: list[InferRequest], default: float) -> float:
+    """How long executions may wait for a restart: ``default``, or less when every request has a timeout
+    (microseconds from its arrival) that ends sooner."""
+    now = time.perf_counter_ns()  # (the clock of ``arrival_ns``)
+    bound = 0.0
+    for request in requests:
+        if not request.timeout_us:
+            return default
+        bound = max(bound, ((request.arrival_ns or now) + request.timeout_us * 1000 - now) / 1e9)
+    return max(0.0, min(default, bound))
+
+
+def _progress_word() -> int:
+    """A memfd of one 64-bit word for a new worker (-1 where memfds don't exist: then a dead worker's whole
+    queue fails with it, as if it had begun everything it was sent)."""
+    try:
+        fd = os.memfd_create("naiad-worker-progress", os.MFD_CLOEXEC)
+    except (AttributeError, OSError):
+        return -1
+    try:
+        os.ftruncate(fd, 8)
+    except OSError:
+        os.close(fd)
+        return -1
+    return fd
 
 
 def _settle(future: asyncio.Future, execution: Execution) -> None:

@@ -189,8 +189,14 @@ class Router:
     def error(self, request: InferRequest, error: InferError | None) -> InferResponse:
         return InferResponse(self.model_name, self.version, request.id, error=error)
 
-    def fail_pending(self, why: str) -> None:
+    def fail_pending(self, why: str, started: int | None = None) -> list[Pending]:
+        """Fail the executions sent to the worker; with ``started`` (the tag of the last one a dead worker
+        began), return those after it instead, unfailed: they never ran, and may run elsewhere."""
         pending, self.pending = self.pending, {}
+        unstarted = []
+        if started is not None:
+            for tag in [t for t, entry in pending.items() if t > started and not entry.executed]:
+                unstarted.append(pending.pop(tag))
         error = internal(why)
         for entry in pending.values():
             responses = [self.error(r, error) for r in entry.requests]
@@ -205,6 +211,7 @@ class Router:
         calls, self.calls = self.calls, {}
         for call in calls.values():
             call.cancel()
+        return unstarted
 
     # --- incoming ------------------------------------------------------------------------------------------------
 

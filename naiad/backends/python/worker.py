@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import asyncio
 import inspect
+import mmap
 import os
 import queue
 import signal
@@ -79,6 +80,9 @@ class Worker:
         self.output_names: list[str] = setup["output_names"]
         self.model_name: str = setup["model_name"]
         self.model_version = int(setup["model_version"])
+        # The tag of the last execution this worker began, where the server reads it if the worker dies: the
+        # executions after it never started, and run on the replacement instead of failing with it.
+        self._progress = _progress_word(setup.get("progress_fd"))
         self.loop = _new_loop()
         self.is_async = False
         # Executions (and a FINALIZE behind them) waiting their turn: a pipelined batch, or those that arrived
@@ -281,6 +285,7 @@ class Worker:
     @reads(M.Execute)
     def _run_execute(self, kind: int, tag: int, requests: list) -> None:
         t0 = time.perf_counter_ns()
+        self._progress[0] = tag
         cancelled = self._skip.pop(tag, None) if self._skip else None
         if cancelled is not None and (-1 in cancelled or len(cancelled) >= len(requests)):
             self._drop(tag, requests)
@@ -377,7 +382,7 @@ class Worker:
             t3 = time.perf_counter_ns()
             self._quick = t3 - t1 + input_ns < HOLD_BELOW_NS
             message = _encode_done(tag, failed, wire, input_ns, t2 - t1, t3 - t2)
-            if self._hold and (not self._held_since or t3 - self._held_since < HOLD_BELOW_NS):
+            if self._hold and self._quick and (not self._held_since or t3 - self._held_since < HOLD_BELOW_NS):
                 self._held_since = self._held_since or t3
                 self.ch.hold(message)
             else:
@@ -533,6 +538,18 @@ def _die_with_parent() -> None:
         ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
     except Exception:
         pass
+
+
+def _progress_word(fd: int | None) -> Any:
+    """One shared 64-bit word (the server's memfd; a plain list when the server sent none)."""
+    if fd is None:
+        return [0]
+    try:
+        return memoryview(mmap.mmap(fd, 8)).cast("q")
+    except (OSError, ValueError):
+        return [0]
+    finally:
+        os.close(fd)
 
 
 def main(argv: list[str]) -> int:
