@@ -10,7 +10,6 @@ with an override that keeps the model's own file and environment, needs no conse
 
 from __future__ import annotations
 
-import os
 from pathlib import Path, PurePosixPath
 
 from naiad.config import ModelConfig
@@ -67,21 +66,13 @@ def startup_warning(unkeyed: list[str]) -> str:
 
 
 def check_model_file(config: ModelConfig, version_dirs: list[Path]) -> None:
-    """The model file (``default_model_filename``, or the backend's standard name) stays inside each version
-    folder: no absolute path, no '..', no symbolic link that leads out of it. Raises ``InferError``."""
-    name = config.default_model_filename or DEFAULT_FILENAMES.get(config.backend, "")
+    """The model file (``default_model_filename``) names a file inside the version folder: no absolute path, no
+    '..'. Raises ``InferError``. Symbolic links the operator put in the repository are followed, as Triton does
+    (shared weight stores and Kubernetes volume mounts are made of them); no client can create one."""
+    name = config.default_model_filename
     if not name:
         return
     path = PurePosixPath(name)
     if path.is_absolute() or ".." in path.parts or "\\" in name or "\0" in name:
         raise invalid(f"default_model_filename '{name}' of model '{config.name}' must name a file inside the version "
                       "folder (no absolute path, no '..')")
-    for folder in version_dirs:
-        try:
-            base = os.path.realpath(folder)
-            target = os.path.realpath(os.path.join(folder, *path.parts))
-        except (OSError, ValueError):
-            raise invalid(f"default_model_filename '{name}' of model '{config.name}' is not a usable path") from None
-        if os.path.commonpath([base, target]) != base:
-            raise invalid(f"default_model_filename '{name}' of model '{config.name}' leads out of the version folder "
-                          f"{folder} (a symbolic link to {target}); copy the file into the folder instead")

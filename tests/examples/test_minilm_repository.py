@@ -46,16 +46,12 @@ def _exported() -> Path:
 def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RunningServer]:
     exported = _exported()
     repo = tmp_path_factory.mktemp("minilm") / "repo"
-    # The committed configs and tokenizer model, with the exported files linked in: hard links (or copies), since a
-    # model file must not be a symbolic link out of its version folder.
+    # The committed configs and tokenizer model, with the exported files linked in.
     shutil.copytree(EXAMPLE, repo)
     for path in exported.rglob("*"):
         target = repo / path.relative_to(exported)
         if path.is_file() and not target.exists():
-            try:
-                os.link(path, target)
-            except OSError:  # another file system
-                shutil.copyfile(path, target)
+            target.symlink_to(path)
     running = RunningServer([repo])
     yield running
     running.stop()
