@@ -25,16 +25,18 @@ FLAG = "--http-allowed-hosts"
 _DEFAULT_PORTS = {"http": "80", "https": "443"}
 
 
-@lru_cache(maxsize=1)
 def machine_names() -> frozenset[str]:
-    """This machine's host name and fully qualified name (looked up once, at start-up)."""
-    names = {"localhost"}
-    for lookup in (socket.gethostname, socket.getfqdn):
-        try:
-            names.add(_normal(lookup()))
-        except OSError:
-            pass
-    return frozenset(n for n in names if n)
+    """``localhost`` and this machine's host name (no DNS: that can stall where resolvers are unreachable)."""
+    return frozenset(n for n in ("localhost", _normal(socket.gethostname())) if n)
+
+
+@lru_cache(maxsize=1)
+def _fqdn() -> str:
+    """This machine's fully qualified name, looked up once, and only for a Host that nothing else admits."""
+    try:
+        return _normal(socket.getfqdn())
+    except OSError:
+        return ""
 
 
 def _normal(name: str) -> str:
@@ -77,7 +79,7 @@ class BrowserGuard:
         self.names = frozenset(allowed) | machine_names()
 
     def known_host(self, name: str) -> bool:
-        return name in self.names or name.endswith(".localhost") or _is_ip(name)
+        return name in self.names or name.endswith(".localhost") or _is_ip(name) or name == _fqdn()
 
     def refusal(self, headers: dict[bytes, bytes]) -> str | None:
         """Why a state-changing request is one a browser was made to send (the front end answers 403); None to
