@@ -94,7 +94,10 @@ def build_parser() -> argparse.ArgumentParser:
     serve.add_argument("--strict-model-config", type=_bool, nargs="?", const=True, default=None, metavar="BOOL",
                        help="deprecated Triton spelling: true is --disable-auto-complete-config")
     serve.add_argument("--model-load-thread-count", type=int, default=4, metavar="N",
-                       help="models loaded side by side at start-up")
+                       help="models loaded side by side, at start-up and on request (the load pool's threads)")
+    serve.add_argument("--model-load-timeout-secs", type=float, default=600.0, metavar="SECONDS",
+                       help="naiad only: a model whose load (initialize() included) takes longer fails and its "
+                            "Python worker processes are killed; 0: wait forever, as Triton does")
     serve.add_argument("--model-load-retry-count", type=int, default=0, metavar="N",
                        help="further attempts to load a model version that failed")
     serve.add_argument("--id", default="triton",
@@ -227,6 +230,7 @@ def serve(args: argparse.Namespace) -> int:
         auto_complete=not (args.disable_auto_complete_config or args.strict_model_config),
         load_threads=args.model_load_thread_count,
         load_retries=args.model_load_retry_count,
+        load_timeout=args.model_load_timeout_secs,
         server_id=args.id,
         strict_readiness=args.strict_readiness,
         exit_on_error=args.exit_on_error,

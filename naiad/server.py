@@ -39,6 +39,7 @@ class ServerOptions:
     auto_complete: bool = True
     load_threads: int = 4
     load_retries: int = 0
+    load_timeout: float = 600.0  # --model-load-timeout-secs (0: none)
     server_id: str = "triton"
     strict_readiness: bool = True
     exit_on_error: bool = True
@@ -82,6 +83,7 @@ class Server:
                 rate_limiter=limiter,
                 load_threads=options.load_threads,
                 load_retries=options.load_retries,
+                load_timeout=options.load_timeout,
             ))
             self.control = ModelControl(repository, options.model_control_mode, options.load_models,
                                         options.repository_poll_secs)
