@@ -40,6 +40,7 @@ class ServerOptions:
     load_threads: int = 4
     load_retries: int = 0
     load_timeout: float = 600.0  # --model-load-timeout-secs (0: none)
+    archive_limits: tuple[int, int] | None = None  # --model-archive-max-bytes / -members (None: archive.py's)
     server_id: str = "triton"
     strict_readiness: bool = True
     exit_on_error: bool = True
@@ -126,7 +127,8 @@ class Server:
             from naiad.repository.sources import ModelDataSource
 
             fetch = ModelDataSource(sagemaker.model_data_url).fetch
-        return Residency(repository, control, sagemaker.models_root, limit, fetch, sagemaker.model_data_url)
+        return Residency(repository, control, sagemaker.models_root, limit, fetch, sagemaker.model_data_url,
+                         options.archive_limits)
 
     def _check_repositories(self) -> InferError | None:
         """Triton refuses to create a server on a repository path that is not a folder."""

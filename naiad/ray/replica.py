@@ -73,6 +73,7 @@ class ModelReplica:
         self.service = build_service(options, self.scratch)
         assert self.service.residency is not None
         self.residency: Residency = self.service.residency
+        self.residency.link_roots = list(self.repositories)  # its model links lead into these (see _load)
         self.http = Router(self.service)
         self.sagemaker = SageMakerRouter(self.service, sagemaker_options(options, self.scratch / "models"))
         self.resident: dict[str, Loaded] = {}
