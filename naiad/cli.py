@@ -43,9 +43,9 @@ def _verbosity(value: str) -> int:
     return int(_bool(value))
 
 
-def _repository(spec: str) -> Path:
+def _repository(spec: str, limits: tuple[int, int]) -> Path:
     """A local folder as given; an ``s3://`` prefix or a ``.tar.gz`` becomes a local copy first (Triton
-    downloads s3:// repositories too)."""
+    downloads s3:// repositories too). ``limits``: an archive's most bytes and members."""
     if not (spec.startswith("s3://") or spec.endswith((".tar.gz", ".tgz", ".tar"))):
         return Path(spec).resolve()
     import tempfile
@@ -54,7 +54,7 @@ def _repository(spec: str) -> Path:
 
     cache = Path(tempfile.gettempdir()) / f"naiad-repositories-{os.getuid()}"
     logging.getLogger("naiad").info("fetching model repository %s", spec)
-    return materialize_repository(spec, cache)
+    return materialize_repository(spec, cache, limits)
 
 
 def _backend_config(values: list[str]) -> dict[str, dict[str, str]]:
@@ -88,13 +88,23 @@ def build_parser() -> argparse.ArgumentParser:
     serve.add_argument("--model-repository", "--model-store", action="append", required=True,
                        dest="model_repository",
                        help="model repository: a folder, an s3://bucket/prefix, or a .tar.gz of one (repeatable)")
+    from naiad.repository.archive import DEFAULT_MAX_BYTES, DEFAULT_MAX_MEMBERS
+
+    serve.add_argument("--model-archive-max-members", type=int, default=DEFAULT_MAX_MEMBERS, metavar="N",
+                       help="naiad only: most members a model archive (SageMaker's on-demand loads, a .tar.gz "
+                            "--model-repository) may hold; counted before anything is extracted")
+    serve.add_argument("--model-archive-max-bytes", default=f"{DEFAULT_MAX_BYTES >> 30}G", metavar="SIZE",
+                       help="naiad only: most bytes a model archive may expand to (bytes, K/M/G/T)")
     serve.add_argument("--model-config-name", default="", help="use configs/<name>.pbtxt where a model has one")
     serve.add_argument("--disable-auto-complete-config", action="store_true",
                        help="never fill a config from the model itself")
     serve.add_argument("--strict-model-config", type=_bool, nargs="?", const=True, default=None, metavar="BOOL",
                        help="deprecated Triton spelling: true is --disable-auto-complete-config")
     serve.add_argument("--model-load-thread-count", type=int, default=4, metavar="N",
-                       help="models loaded side by side at start-up")
+                       help="models loaded side by side, at start-up and on request (the load pool's threads)")
+    serve.add_argument("--model-load-timeout-secs", type=float, default=600.0, metavar="SECONDS",
+                       help="naiad only: a model whose load (initialize() included) takes longer fails and its "
+                            "Python worker processes are killed; 0: wait forever, as Triton does")
     serve.add_argument("--model-load-retry-count", type=int, default=0, metavar="N",
                        help="further attempts to load a model version that failed")
     serve.add_argument("--id", default="triton",
@@ -222,7 +232,17 @@ def serve(args: argparse.Namespace) -> int:
         print(f"error: {exc}", file=sys.stderr)
         return 1
     try:
-        repositories = [_repository(spec) for spec in args.model_repository]
+        from naiad.repository.memory import parse_size
+
+        archive_limits = (parse_size(args.model_archive_max_bytes), args.model_archive_max_members)
+        if args.model_load_timeout_secs < 0 or min(archive_limits) <= 0 or args.model_archive_max_bytes.endswith("%"):
+            raise ValueError("--model-load-timeout-secs must be 0 or more, and --model-archive-max-bytes and "
+                             "--model-archive-max-members more than 0")
+    except ValueError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 1
+    try:
+        repositories = [_repository(spec, archive_limits) for spec in args.model_repository]
     except InferError as exc:
         print(f"error: {exc.message}", file=sys.stderr)
         return 1
@@ -233,6 +253,8 @@ def serve(args: argparse.Namespace) -> int:
         auto_complete=not (args.disable_auto_complete_config or args.strict_model_config),
         load_threads=args.model_load_thread_count,
         load_retries=args.model_load_retry_count,
+        load_timeout=args.model_load_timeout_secs,
+        archive_limits=archive_limits,
         server_id=args.id,
         strict_readiness=args.strict_readiness,
         exit_on_error=args.exit_on_error,

@@ -45,6 +45,8 @@ class ServerOptions:
     auto_complete: bool = True
     load_threads: int = 4
     load_retries: int = 0
+    load_timeout: float = 600.0  # --model-load-timeout-secs (0: none)
+    archive_limits: tuple[int, int] | None = None  # --model-archive-max-bytes / -members (None: archive.py's)
     server_id: str = "triton"
     strict_readiness: bool = True
     exit_on_error: bool = True
@@ -90,6 +92,7 @@ class Server:
                 rate_limiter=limiter,
                 load_threads=options.load_threads,
                 load_retries=options.load_retries,
+                load_timeout=options.load_timeout,
             ))
             self.control = ModelControl(repository, options.model_control_mode, options.load_models,
                                         options.repository_poll_secs, options.allow_model_code_upload)
@@ -133,7 +136,8 @@ class Server:
             from naiad.repository.sources import ModelDataSource
 
             fetch = ModelDataSource(sagemaker.model_data_url).fetch
-        return Residency(repository, control, sagemaker.models_root, limit, fetch, sagemaker.model_data_url)
+        return Residency(repository, control, sagemaker.models_root, limit, fetch, sagemaker.model_data_url,
+                         options.archive_limits)
 
     def _check_repositories(self) -> InferError | None:
         """Triton refuses to create a server on a repository path that is not a folder."""

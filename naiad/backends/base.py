@@ -68,6 +68,10 @@ class VersionContext:
     # The server's event loop, for backends that watch file descriptors: a load may run on a worker thread
     # (model control), where there is no running loop to attach to.
     loop: asyncio.AbstractEventLoop | None = None
+    # --model-load-timeout-secs: time.monotonic() past which the load gives up (None: never). A backend that can
+    # stop what it waits on (a worker process) does so and raises; the repository gives up on the others.
+    deadline: float | None = None
+    timeout: float = 0.0  # the flag's value, for messages and for a restarted worker's own deadline
 
 
 class Instance(abc.ABC):

@@ -8,6 +8,9 @@ The file is Triton's: a JSON array of objects, per trace first ``{"id", "model_n
 "request_id"?}`` and then one ``{"id", "timestamps": [{"name", "ns"}]}`` per activity. Like Triton, traces are
 kept in memory and written when the setting that sampled them is replaced or the server stops (to the file named
 by ``trace_file``), or every ``log_frequency`` traces to ``<trace_file>.<index>``, one complete array each.
+Unlike Triton, what a setting holds is bounded (``BUFFER_BYTES``): past it the traces go where they would have
+gone anyway, appended to ``trace_file``'s array or as the next numbered file, so a client that switches tracing
+on cannot grow the server's memory. Traces the file can't take are dropped and counted (``TraceFile.dropped``).
 """
 
 from __future__ import annotations
@@ -27,6 +30,8 @@ KEYS = ("trace_level", "trace_rate", "trace_count", "log_frequency", "trace_file
 DEFAULTS: dict[str, Any] = {"trace_level": (), "trace_rate": 1000, "trace_count": -1, "log_frequency": 0,
                             "trace_file": ""}
 LEVELS = ("TIMESTAMPS", "TENSORS")
+# What one setting keeps in memory before writing: ~1,700 traces of ~600 B, one write per MiB.
+BUFFER_BYTES = 1 << 20
 
 _ids = itertools.count(1)  # one sequence for the server, as Triton numbers its traces
 
@@ -83,8 +88,10 @@ class TraceFile:
         self._stream: Any = None
         self._index = 0
         self.closed = False
+        self.dropped = 0  # traces lost to write failures
 
-    def save(self, text: str, indexed: bool) -> None:
+    def save(self, text: str, indexed: bool, count: int = 1) -> None:
+        """Write ``text``, ``count`` traces joined by commas."""
         if self.closed:
             return  # a request that outlived shutdown: the array is already closed
         try:
@@ -100,7 +107,10 @@ class TraceFile:
             if self._stream is not None:
                 self._stream.flush()
         except OSError as exc:
-            log.error("failed creating trace file: %s", exc)
+            self.dropped += count
+            # Once, then at each power of two: a full disk must not flood the log as well.
+            if self.dropped == count or self.dropped & (self.dropped - 1) == 0:
+                log.error("failed creating trace file: %s (%d traces dropped so far)", exc, self.dropped)
 
     def close(self) -> None:
         self.closed = True
@@ -123,6 +133,7 @@ class Sampler:
         self.sampled = 0  # requests seen (Triton's sample_)
         self.collected = 0
         self._stream: list[str] = []
+        self._buffered = 0  # characters in _stream: bounded by BUFFER_BYTES
         self.retired = False  # replaced by an update; its traces still in flight are written as they end
         self.reason = ("tracing is disabled" if not self.level else "sample rate must be non-zero" if not self.rate
                        else "trace file name is not given" if not file.path else "")
@@ -151,21 +162,28 @@ class Sampler:
         if self.retired:
             self.file.save(trace.json(), indexed=self.log_frequency != 0)
             return
-        self._stream.append(trace.json())
+        text = trace.json()
+        self._stream.append(text)
+        self._buffered += len(text)
         self.collected += 1
         # Triton writes a numbered file once the count is used up and every sampled trace is in, or every
         # log_frequency traces.
         if (self.count == 0 and self.collected == self.sampled) or (
                 self.log_frequency and len(self._stream) >= self.log_frequency):
-            self.file.save(",".join(self._stream), indexed=True)
-            self._stream = []
+            self._write(indexed=True)
+        elif self._buffered >= BUFFER_BYTES:
+            self._write(indexed=self.log_frequency != 0)  # where flush() would put them, only sooner
 
     def flush(self) -> None:
         """The setting is replaced or the server stops: what is left goes to the trace file."""
         self.retired = True
         if self._stream:
-            self.file.save(",".join(self._stream), indexed=self.log_frequency != 0)
-            self._stream = []
+            self._write(indexed=self.log_frequency != 0)
+
+    def _write(self, indexed: bool) -> None:
+        self.file.save(",".join(self._stream), indexed, len(self._stream))
+        self._stream = []
+        self._buffered = 0
 
 
 class Tracer:

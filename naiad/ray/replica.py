@@ -76,6 +76,7 @@ class ModelReplica:
         self.residency: Residency = self.service.residency
         # Requests come through Ray's proxy with the Host clients used for the cluster, which a replica can't know:
         # no Host check here (the Origin check stays).
+        self.residency.link_roots = list(self.repositories)  # its model links lead into these (see _load)
         self.http = Router(self.service, HttpOptions(allowed_hosts=["*"]))
         self.sagemaker = SageMakerRouter(self.service, sagemaker_options(options, self.scratch / "models"),
                                          allowed_hosts=["*"])

@@ -1,8 +1,9 @@
 """Model control as Triton's ``--model-control-mode`` defines it: ``none`` (load everything once),
 ``explicit`` (load and unload on request, ``--load-model`` at start-up) and ``poll`` (follow the repository).
 
-Loads run on a worker thread (a model's ``initialize()`` and worker-process start-up may take seconds), so
-the event loop keeps serving the other models meanwhile. The new versions replace the old ones only once
+Loads run on the repository's load pool (a model's ``initialize()`` and worker-process start-up may take
+seconds), so the event loop keeps serving the other models meanwhile, and a load that hangs takes one of its
+threads and fails at ``--model-load-timeout-secs`` while the others go on. The new versions replace the old ones only once
 they loaded; the old ones then drain their in-flight requests before ``finalize()``. A reload that fails
 keeps the previous versions serving, as Triton does.
 """
@@ -16,6 +17,7 @@ import logging
 import re
 import shutil
 import tempfile
+import time
 from pathlib import Path, PurePosixPath
 from typing import Any
 
@@ -27,7 +29,7 @@ from naiad.config.loader import load_config
 from naiad.core.errors import InferError, internal, invalid, unavailable
 from naiad.repository.consent import FLAG, CodeConsent, code_in, refusal
 from naiad.repository.layout import version_dirs
-from naiad.repository.manager import ModelEntry, ModelRepository
+from naiad.repository.manager import LOAD_TIMEOUT_GRACE, ModelEntry, ModelRepository, discard_late
 from naiad.repository.model import ModelVersion
 
 log = logging.getLogger("naiad.repository")
@@ -235,10 +237,9 @@ class ModelControl:
         async with self._lock(name):
             scratch = _write_files(name, files) if files else None
             path = scratch if scratch is not None else paths[0]
-            loop = asyncio.get_running_loop()
             self.repository.loading[name] = set(version_dirs(path)) if path.is_dir() else set()
             try:
-                entry = await loop.run_in_executor(None, self.repository.load_entry, name, path, override)
+                entry = await self._load_entry(name, path, override)
                 await self.repository.warm_up_entry(entry)
             except BaseException:
                 if scratch is not None:
@@ -249,6 +250,42 @@ class ModelControl:
             entry.scratch = scratch
             entry.fingerprint = fingerprint
             self._install(name, entry)
+
+    async def _load_entry(self, name: str, path: Path, override: ModelConfig | None) -> ModelEntry:
+        """The model loaded on the load pool. A load that runs past --model-load-timeout-secs (and its grace)
+        without returning is given up: its versions fail, and whatever it loads later is unloaded."""
+        loop = asyncio.get_running_loop()
+        started: asyncio.Future[float] = loop.create_future()
+
+        def begin() -> None:
+            if not started.done():
+                started.set_result(time.monotonic())
+
+        def load() -> ModelEntry:
+            loop.call_soon_threadsafe(begin)
+            return self.repository.load_entry(name, path, override)
+
+        future = self.repository.load_pool().submit(load)
+        loading = asyncio.wrap_future(future)
+        timeout = self.repository.options.load_timeout
+        try:
+            if not timeout:
+                return await loading
+            # The clock starts when a thread takes the load, not while it waits for one.
+            either: list[asyncio.Future[Any]] = [loading, started]
+            await asyncio.wait(either, return_when=asyncio.FIRST_COMPLETED)
+            if loading.done():
+                return loading.result()
+            left = timeout + LOAD_TIMEOUT_GRACE - (time.monotonic() - started.result())
+            return await asyncio.wait_for(asyncio.shield(loading), max(0.0, left))
+        except asyncio.TimeoutError:
+            future.add_done_callback(discard_late)
+            log.error("load of '%s' did not return within %g s (--model-load-timeout-secs); giving it up", name,
+                      timeout)
+            return self.repository.timed_out(name, path)
+        except asyncio.CancelledError:
+            future.add_done_callback(discard_late)  # nobody will install what it loads
+            raise
 
     async def _load_composing(self, name: str, override: ModelConfig | None, paths: list[Path],
                               visiting: frozenset[str]) -> None:

@@ -9,7 +9,7 @@ import asyncio
 import json
 import logging
 import time
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -32,6 +32,10 @@ from naiad.scheduling.ensemble import EnsembleVersion
 from naiad.scheduling.rate_limiter import RateLimiter
 
 log = logging.getLogger("naiad.repository")
+
+# How long past --model-load-timeout-secs a load that can't be interrupted (a backend's C++ session, an in-process
+# initialize()) is waited for before its model is failed without it; Python workers are killed at the timeout itself.
+LOAD_TIMEOUT_GRACE = 2.0
 
 
 def _is_ensemble(path: Path, config_name: str) -> bool:
@@ -73,7 +77,11 @@ class RepositoryOptions:
     backend_config: dict[str, dict[str, str]] = field(default_factory=dict)
     response_cache: ResponseCache | None = None  # --cache-config: shared by every model that enables it
     rate_limiter: RateLimiter | None = None  # --rate-limit execution_count
-    load_threads: int = 4  # --model-load-thread-count: models loaded side by side at start-up
+    load_threads: int = 4  # --model-load-thread-count: loads run side by side (start-up and model control)
+    # --model-load-timeout-secs: a model whose load takes longer fails (0: wait forever, as Triton does). Ten
+    # minutes: longer than a model that fits one host takes to read from local disk, short enough that a hung
+    # initialize() is reported rather than leaving the model LOADING (and a load thread taken) for good.
+    load_timeout: float = 600.0
     load_retries: int = 0  # --model-load-retry-count: further attempts after a version fails to load
 
 
@@ -81,7 +89,7 @@ class ModelRepository:
     def __init__(self, options: RepositoryOptions) -> None:
         self.options = options
         self.models: dict[str, ModelEntry] = {}
-        self._load_pool: ThreadPoolExecutor | None = None  # --model-load-thread-count start-up loads
+        self._load_pool: ThreadPoolExecutor | None = None  # --model-load-thread-count: every load
         self.core: Core | None = None  # the service, which sets itself here: models that call models reach it
         self.loop: asyncio.AbstractEventLoop | None = None  # the server's loop, once loading starts on it
         self.loading: dict[str, set[int]] = {}  # model control: versions being loaded right now
@@ -141,19 +149,59 @@ class ModelRepository:
                 ensembles[name] = paths[0]
             else:
                 plain[name] = paths[0]
-        threads = min(self.options.load_threads, len(plain))
-        if threads > 1:
-            # Loads wait mostly on worker processes and framework sessions starting: threads overlap them.
-            # The pool lives as long as the repository: a Python model's worker dies with the thread that
-            # started it (PR_SET_PDEATHSIG), so those threads must not exit while models are loaded.
-            if self._load_pool is None:
-                self._load_pool = ThreadPoolExecutor(self.options.load_threads, thread_name_prefix="naiad-load")
-            entries = self._load_pool.map(lambda item: self._load_model(*item), plain.items())
-            self.models.update((entry.name, entry) for entry in entries)
-        else:
+        if min(self.options.load_threads, len(plain)) <= 1:
+            # One at a time on this thread (its models attach to a running loop, if any, at once); a Python
+            # worker still gives up at the timeout.
             for name, path in plain.items():
                 self.models[name] = self._load_model(name, path)
+            self._load_ensembles(ensembles)
+            return
+        # Loads wait mostly on worker processes and framework sessions starting: threads overlap them.
+        started: dict[str, float] = {}
+        pending: dict[Future, tuple[str, Path]] = {}
+        for name, path in plain.items():
+            pending[self.load_pool().submit(self._timed_load, started, name, path)] = (name, path)
+        loaded: dict[str, ModelEntry] = {}
+        while pending:
+            done, _ = wait(pending, timeout=0.25, return_when=FIRST_COMPLETED)
+            for future in done:
+                entry = future.result()
+                loaded[entry.name] = entry
+                del pending[future]
+            for future, (name, path) in list(pending.items()):
+                if self.overdue(started.get(name)):
+                    loaded[name] = self.timed_out(name, path)
+                    future.add_done_callback(discard_late)
+                    del pending[future]
+        self.models.update((name, loaded[name]) for name in plain)  # in the repository's order
         self._load_ensembles(ensembles)
+
+    def load_pool(self) -> ThreadPoolExecutor:
+        """The threads every load runs on (start-up and model control), --model-load-thread-count of them: a
+        slow or hung load takes one of these, never a thread of the loop's default executor that worker
+        restarts and unloads use. The pool lives as long as the repository: a Python model's worker dies with
+        the thread that started it (PR_SET_PDEATHSIG), so those threads must not exit while models are loaded."""
+        if self._load_pool is None:
+            self._load_pool = ThreadPoolExecutor(max(1, self.options.load_threads), thread_name_prefix="naiad-load")
+        return self._load_pool
+
+    def _timed_load(self, started: dict[str, float], name: str, path: Path) -> ModelEntry:
+        started[name] = time.monotonic()  # the timeout counts from here, not from the wait for a free thread
+        return self._load_model(name, path)
+
+    def overdue(self, started: float | None) -> bool:
+        """A load that began at ``started`` ran past the timeout and its grace (see LOAD_TIMEOUT_GRACE)."""
+        timeout = self.options.load_timeout
+        return bool(timeout) and started is not None and time.monotonic() - started > timeout + LOAD_TIMEOUT_GRACE
+
+    def timed_out(self, name: str, path: Path) -> ModelEntry:
+        """The entry of a model whose load never returned: every version it has failed, saying why."""
+        entry = ModelEntry(name, path, polled=True)
+        error = internal(f"load of model '{name}' did not finish within {self.options.load_timeout:g} s "
+                         "(--model-load-timeout-secs); it was given up")
+        for version in sorted(version_dirs(path)) or [1]:
+            self._version_failed(entry, version, error)
+        return entry
 
     def _load_ensembles(self, ensembles: dict[str, Path]) -> None:
         """Ensembles load after the models they compose (nested ones after theirs), as Triton orders them."""
@@ -240,9 +288,12 @@ class ModelRepository:
             return entry
         assert backend is not None
         options = self.options.backend_config.get(config.backend, {})
+        # One deadline for the whole model, every version and retry: what the caller waits for is the model.
+        deadline = time.monotonic() + self.options.load_timeout if self.options.load_timeout else None
         for version in selected:
             started = time.perf_counter()
-            ctx = VersionContext(name, version, config, config_json, path, versions[version], options, self.core, self.loop)
+            ctx = VersionContext(name, version, config, config_json, path, versions[version], options, self.core,
+                                 self.loop, deadline, self.options.load_timeout)
             for attempt in range(self.options.load_retries + 1):
                 try:
                     loaded = backend.load(ctx)
@@ -252,6 +303,8 @@ class ModelRepository:
                     error = exc
                 except Exception as exc:  # a model's own bug is a failed load, not a dead server
                     error = internal(f"{type(exc).__name__}: {exc}")
+                if deadline is not None and time.monotonic() >= deadline:
+                    break  # no time left for another attempt
                 if attempt < self.options.load_retries:
                     log.warning("failed to load '%s' version %d (attempt %d of %d): %s", name, version, attempt + 1,
                                 self.options.load_retries + 1, error.message)
@@ -433,3 +486,17 @@ class ModelRepository:
         if self._load_pool is not None:
             self._load_pool.shutdown(wait=False)
             self._load_pool = None
+
+
+def discard_late(future: Future) -> None:
+    """A load given up at its timeout finished after all: nobody serves what it loaded, so it is unloaded."""
+    if future.cancelled() or future.exception() is not None:
+        return
+    entry: ModelEntry = future.result()
+    for version, model in entry.versions.items():
+        log.warning("load of '%s' version %d finished after its timeout; unloading it", entry.name, version)
+        try:
+            model.unload()
+        except Exception:
+            log.exception("finalize() of '%s' version %d failed", entry.name, version)
+    entry.versions.clear()

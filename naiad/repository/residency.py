@@ -6,6 +6,9 @@ repository. The platform's part, which naiad does in the server: archives fetche
 data url, and least-recently-used models unloaded before a load that would not fit the memory limit.
 
 Loads and evictions run one at a time (memory accounting needs a settled picture); cache hits never wait.
+
+Nothing is loaded through a symbolic link that leads out of the models root: neither the url itself nor any link
+inside the folder it names (``link_roots`` names the folders besides the root that links may lead into).
 """
 
 from __future__ import annotations
@@ -104,19 +107,23 @@ class ResidencyStats:
 
 class Residency:
     def __init__(self, repository: ModelRepository, control: ModelControl, models_root: Path,
-                 memory_limit: int | None = None, fetch: Fetch | None = None, source_url: str = "") -> None:
+                 memory_limit: int | None = None, fetch: Fetch | None = None, source_url: str = "",
+                 archive_limits: tuple[int, int] | None = None) -> None:
         self.repository = repository
         self.control = control
         self.models_root = Path(os.path.abspath(models_root))
         self.memory_limit = memory_limit
         self.fetch = fetch
         self.source_url = source_url
+        self.archive_limits = archive_limits  # (bytes, members) an archive may hold; None: archive.py's defaults
         self.models: dict[str, Resident] = {}  # by key, as Triton's sagemaker_models_list_
         self._by_name: dict[str, Resident] = {}
         self._lock = asyncio.Lock()
         self._pending: dict[str, asyncio.Future] = {}  # on-demand loads in progress, by target model
         self._known: dict[str, int] = {}  # target -> memory measured when it was last loaded
         self._overheads: list[int] = []  # memory beyond the files on disk, per model measured so far
+        # Folders outside the models root that links in it may lead to (Ray's replicas link repository folders).
+        self.link_roots: list[Path] = []
         self._path = re.compile(rf"({re.escape(str(self.models_root))}/[0-9A-Za-z._]+)/(model)/?([0-9A-Za-z._]+)?")
         self.stats = ResidencyStats()
 
@@ -133,6 +140,7 @@ class Residency:
             raise invalid(f"Invalid \"url\" '{url}': expected a path of the form "
                           f"{self.models_root}/<hash>/model[/<subdir>]")
         folder = Path(path)
+        self._check_links(url, folder)
         if not folder.is_dir():
             raise invalid(f"failed to register '{url}', repository not found")
         if (folder / "config.pbtxt").is_file():
@@ -143,6 +151,25 @@ class Residency:
         folders = list(model_dirs(folder))
         ensembles = [name for name in folders if _is_ensemble(folder / name)]
         return folder, (ensembles or folders or [""])[-1]
+
+    def _check_links(self, url: str, folder: Path) -> None:
+        """Refuse a url that is, or holds, a symbolic link leading out of the models root (a link inside it
+        to another place inside it is fine)."""
+        roots = [os.path.realpath(root) for root in (self.models_root, *self.link_roots)]
+
+        def check(path: str) -> None:
+            real = os.path.realpath(path)
+            if not any(real == root or real.startswith(root + os.sep) for root in roots):
+                shown = os.path.relpath(path, self.models_root)
+                raise invalid(f"failed to register '{url}': '{shown}' leads to '{real}' through a symbolic link, "
+                              f"outside the models root {self.models_root}; links out of it are not followed")
+
+        check(str(folder))
+        for where, folders, files in os.walk(folder):  # links to folders are listed, not entered
+            for name in folders + files:
+                path = os.path.join(where, name)
+                if os.path.islink(path):
+                    check(path)
 
     def get(self, key: str) -> Resident | None:
         return self.models.get(key)
@@ -273,7 +300,8 @@ class Residency:
                 try:
                     extracting = time.perf_counter()
                     try:
-                        await loop.run_in_executor(None, partial(extract_archive, label=target), archive, folder / "model")
+                        await loop.run_in_executor(None, partial(extract_archive, label=target), archive,
+                                                   folder / "model", *(self.archive_limits or ()))
                     except InferError as exc:
                         raise ArchiveError(exc.message, exc.code) from None
                     # Download plus extraction, not the wait for the lock between them.

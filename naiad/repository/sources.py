@@ -203,19 +203,19 @@ class ModelDataSource:
 # --- --model-repository s3://... or archive ----------------------------------------------------------------------
 
 
-def materialize_repository(spec: str, cache_root: Path) -> Path:
+def materialize_repository(spec: str, cache_root: Path, archive_limits: tuple[int, int] | None = None) -> Path:
     """A model repository as a local folder: a folder is itself; an archive is extracted (safely) under
     ``cache_root``, the repository being its top or its one top-level folder; ``s3://bucket/prefix`` is mirrored
     object by object under ``cache_root`` (archives in it stay archives). Copies are named by what they hold
     (archive path, size and mtime; the listing's keys, sizes and ETags), so a restart with the same contents
-    reuses its copy."""
+    reuses its copy. ``archive_limits``: (bytes, members) an archive may hold (default: archive.py's)."""
     if is_s3(spec):
         return _mirror_s3(spec, Path(cache_root))
     path = Path(spec).expanduser()
     if path.is_dir():
         return path.resolve()
     if path.is_file():
-        return _unpack(path, Path(cache_root))
+        return _unpack(path, Path(cache_root), archive_limits)
     if spec.endswith(_ARCHIVE_SUFFIXES):
         raise not_found(f"model repository archive '{spec}' not found")
     return path.resolve()  # a missing folder: the repository reports it as Triton does
@@ -235,7 +235,7 @@ def _publish(staging: Path, folder: Path) -> None:
             raise
 
 
-def _unpack(archive: Path, cache_root: Path) -> Path:
+def _unpack(archive: Path, cache_root: Path, limits: tuple[int, int] | None) -> Path:
     from naiad.repository.archive import extract_archive
 
     stat = archive.stat()
@@ -249,7 +249,7 @@ def _unpack(archive: Path, cache_root: Path) -> Path:
     else:
         cache_root.mkdir(parents=True, exist_ok=True)
         staging = Path(tempfile.mkdtemp(prefix=".staging-", dir=cache_root))
-        size = extract_archive(archive, staging, label=str(archive))
+        size = extract_archive(archive, staging, *(limits or ()), label=str(archive))
         _publish(staging, folder)
         log.info("model repository %s: extracted %.1f MB into %s", archive, size / 1e6, folder)
     return _repository_root(folder)

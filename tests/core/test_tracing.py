@@ -147,3 +147,35 @@ def test_an_ensembles_steps_are_child_traces_written_with_it(tmp_path: Path) -> 
                         "parent_id": parent.id}]
     assert [e["timestamps"][0]["name"] for e in entries if e["id"] == step.id and "timestamps" in e] == [
         "REQUEST_START", "QUEUE_START", "REQUEST_END"]
+
+
+def test_a_setting_holds_at_most_buffer_bytes_then_writes_where_it_would_have(tmp_path: Path) -> None:
+    path = tmp_path / "trace.json"
+    tracer = _tracer(path)
+    _run(tracer, 5_000)  # ~600 B each: past BUFFER_BYTES, the array is already on disk with the setting in force
+    written = json.loads(path.read_text() + "]")
+    assert 0 < len([t for t in written if "model_name" in t]) < 5_000
+    tracer.close()
+    headers = [t for t in json.loads(path.read_text()) if "model_name" in t]
+    assert [t["request_id"] for t in headers] == [f"r{i}" for i in range(5_000)]  # all of them, in order
+
+
+def test_numbered_files_come_sooner_when_log_frequency_is_larger_than_the_buffer(tmp_path: Path) -> None:
+    path = tmp_path / "trace.json"
+    tracer = _tracer(path, log_frequency=1_000_000)
+    _run(tracer, 5_000)
+    tracer.close()
+    numbered = sorted(tmp_path.glob("trace.json.*"), key=lambda p: int(p.suffix[1:]))
+    assert len(numbered) >= 2
+    headers = [t for p in numbered for t in json.loads(p.read_text()) if "model_name" in t]
+    assert len(headers) == 5_000
+
+
+def test_traces_the_file_cannot_take_are_dropped_and_counted(tmp_path: Path) -> None:
+    path = tmp_path / "missing-folder" / "trace.json"
+    tracer = _tracer(path)
+    _run(tracer, 5_000)
+    tracer.close()
+    file = tracer._global.file
+    assert file.dropped == 5_000
+    assert tracer._global._buffered == 0 and not tracer._global._stream

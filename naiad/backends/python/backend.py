@@ -186,7 +186,8 @@ class WorkerVersion(LoadedVersion):
         self.processes: list[WorkerProcess] = []
         for args in _instance_args(ctx):
             spec = WorkerSpec(ctx.name, ctx.version, args["model_instance_name"], model_file, args, decoupled,
-                              [o.name for o in ctx.config.output], shm_default, shm_growth, restart_wait)
+                              [o.name for o in ctx.config.output], shm_default, shm_growth, restart_wait,
+                              load_timeout=ctx.timeout)
             if environment is not None:
                 environment.apply(spec)
             self.processes.append(WorkerProcess(spec, ctx.core))
@@ -194,8 +195,11 @@ class WorkerVersion(LoadedVersion):
             for process in self.processes:  # start them all, then wait: instances initialize in parallel
                 process.start()
             for process in self.processes:
-                process.wait_ready()
+                process.wait_ready(ctx.deadline)
         except BaseException:
+            for process in self.processes:
+                if not process.ready:
+                    process.abort()  # still in (or never reached) initialize(): nothing to finalize
             self.unload()
             raise
         try:

@@ -53,6 +53,7 @@ class WorkerSpec:
     python: str = sys.executable
     env: dict[str, str] = field(default_factory=dict)  # extra environment (execution environments)
     python_path: list[str] = field(default_factory=lambda: [NAIAD_ROOT])
+    load_timeout: float = 0.0  # --model-load-timeout-secs: a restart's initialize() gets as long (0: forever)
 
 
 def _describe_exit(code: int | None) -> str:
@@ -138,13 +139,15 @@ class WorkerProcess:
             raise
         self.router.bind(self.ch)
 
-    def wait_ready(self) -> None:
-        """Block until the worker has run ``initialize``; raises its failure (or a failed handshake)."""
+    def wait_ready(self, deadline: float | None = None) -> None:
+        """Block until the worker has run ``initialize``; raises its failure (or a failed handshake). Past
+        ``deadline`` (time.monotonic()) the worker is killed and the load fails."""
         ch, proc = self.ch, self.proc
         assert ch is not None and proc is not None
-        self._handshake(ch)
+        self._handshake(ch, deadline)
         while True:
-            ch.wait_readable(0.5)
+            if not ch.wait_readable(_until(deadline, 0.5)) and _passed(deadline):
+                self._timed_out("its initialize() did not return")
             try:
                 messages = ch.receive()
             except EOFError:
@@ -162,9 +165,11 @@ class WorkerProcess:
                     raise InferError(fail.message, Code[fail.code])
                 self.router.handle(message)  # log lines and metric registrations from initialize()
 
-    def _handshake(self, ch: Channel) -> None:
+    def _handshake(self, ch: Channel, deadline: float | None) -> None:
         """Read the worker's HELLO and switch the channel to the codec both ends then use."""
-        ch.wait_readable()
+        while not ch.wait_readable(_until(deadline, None)):
+            if _passed(deadline):
+                self._timed_out("it did not start")
         data = ch.receive_raw()
         if not data:
             self._lost("before its handshake")
@@ -194,6 +199,23 @@ class WorkerProcess:
         code = self.proc.wait()
         self.ch.close()
         raise internal(f"the worker process of '{self.name}' {_describe_exit(code)} {when}")
+
+    def _timed_out(self, what: str) -> NoReturn:
+        assert self.proc is not None and self.ch is not None
+        pid = self.proc.pid
+        self.ready = False
+        self._kill()
+        self.ch.close()
+        raise internal(f"model instance '{self.name}' did not become ready within {self.spec.load_timeout:g} s "
+                       f"(--model-load-timeout-secs): {what}; its worker process (pid {pid}) was killed")
+
+    def abort(self) -> None:
+        """End a worker that never became ready: no finalize() to wait for, since initialize() never returned."""
+        self.closing = True
+        self.ready = False
+        self._kill()
+        if self.ch is not None:
+            self.ch.close()
 
     def _kill(self) -> None:
         if self.proc is not None:
@@ -368,7 +390,8 @@ class WorkerProcess:
 
         def spawn() -> None:
             self.start()
-            self.wait_ready()
+            timeout = self.spec.load_timeout
+            self.wait_ready(time.monotonic() + timeout if timeout else None)
 
         async def run() -> None:
             ok = False
@@ -423,6 +446,18 @@ def _progress_word() -> int:
         os.close(fd)
         return -1
     return fd
+
+
+def _until(deadline: float | None, most: float | None) -> float | None:
+    """How long one wait may block: at most ``most``, and never past ``deadline``."""
+    if deadline is None:
+        return most
+    left = max(0.0, deadline - time.monotonic())
+    return left if most is None else min(most, left)
+
+
+def _passed(deadline: float | None) -> bool:
+    return deadline is not None and time.monotonic() >= deadline
 
 
 def _settle(future: asyncio.Future, execution: Execution) -> None:
