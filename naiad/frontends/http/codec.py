@@ -141,12 +141,14 @@ def _parse_json(header: bytes | bytearray | memoryview) -> Any:
         error = str(exc)
     # Triton's parser reads the header as a C string: a NUL (binary data the header length reached
     # into) ends the document.
-    nul = bytes(header).find(b"\0")
+    text = header if isinstance(header, (bytes, bytearray)) else bytes(header)  # one copy at most
+    nul = text.find(b"\0")
     if nul > 0:
         try:
-            return orjson.loads(bytes(header)[:nul])
+            return orjson.loads(memoryview(text)[:nul])
         except orjson.JSONDecodeError:
             pass
+    del text
     if "UTF-8" in error:
         raise invalid(f"failed to parse the request JSON buffer: {error}") from None
     raise internal(f"failed to parse the request JSON buffer: {error}") from None
