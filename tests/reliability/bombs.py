@@ -5,6 +5,7 @@ they compress themselves)."""
 from __future__ import annotations
 
 import asyncio
+import functools
 import struct
 import zlib
 from typing import Any
@@ -17,6 +18,7 @@ from naiad.frontends.http2.frames import DATA, END_HEADERS, END_STREAM, HEADERS,
 MIB = 1 << 20
 
 
+@functools.lru_cache(maxsize=4)
 def bomb(encoding: str, mib: int) -> bytes:
     """``mib`` MiB of zeros as a ``gzip`` or ``deflate`` (zlib format) stream of about ``mib`` KiB.
 
