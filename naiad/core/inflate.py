@@ -1,8 +1,7 @@
 """Bounded decompression of request bodies (gzip, deflate) for every front end.
 
-A few hundred kilobytes of gzip can expand to gigabytes, so no body is decompressed in one call: zlib is asked for
-at most one byte more than the limit, and a body that would give more is refused having cost the limit, not
-the expansion.
+A few hundred kilobytes of gzip can expand to gigabytes, so zlib is never asked for more than one byte past the
+limit: a body that would give more is refused having cost the limit, not the expansion.
 """
 
 from __future__ import annotations

@@ -96,8 +96,9 @@ def decode_request(
             array = from_buffer(name, source.chunk, dtype, shape, request, model_name,
                                 core_bytes_wording=source.__class__ is _Mapped)
         else:
+            array = _from_json(source, dtype, count)
             try:
-                array = _from_json(source, dtype, count).reshape(shape)
+                array = array.reshape(shape)
             except ValueError:  # a shape NumPy can't make, e.g. [0, 2^63-1] (see tensors.reshaped)
                 raise bad_shape(name, shape, request, model_name) from None
         if name in request.inputs:
@@ -148,7 +149,6 @@ def _parse_json(header: bytes | bytearray | memoryview) -> Any:
             return orjson.loads(memoryview(text)[:nul])
         except orjson.JSONDecodeError:
             pass
-    del text
     if "UTF-8" in error:
         raise invalid(f"failed to parse the request JSON buffer: {error}") from None
     raise internal(f"failed to parse the request JSON buffer: {error}") from None
