@@ -128,7 +128,8 @@ def build_parser() -> argparse.ArgumentParser:
     serve.add_argument("--http-port", type=int, default=8000, help="KServe v2 HTTP port")
     serve.add_argument("--http-address", default="0.0.0.0", help="address the HTTP server binds")
     serve.add_argument("--http-max-input-size", type=int, default=64 * 1024 * 1024,
-                       help="largest request body accepted, in bytes")
+                       help="largest request body accepted, in bytes, and the most a compressed body may expand "
+                            "to; a larger Content-Length is answered 413 before the body is read")
     _flag(serve, "--reuse-http-port", False, "let several servers listen on the HTTP port (SO_REUSEPORT)")
     serve.add_argument("--shared-memory-max-regions", type=int, default=1024, metavar="N",
                        help="most system shared memory regions registered at once (each keeps a descriptor open)")

@@ -161,7 +161,7 @@ class Server:
             await self._load_models()
         self._warn_code_upload()
         if self.options.allow_http:
-            router = Router(self.service, self.options.http)
+            router = Router(self.service, self.options.http, self.options.http_max_input_size)
             protocol = HttpProtocol
             if self.options.http.header_forward is not None:
                 from naiad.frontends.http.forwarding import NamedHeadersProtocol as protocol  # type: ignore[assignment]

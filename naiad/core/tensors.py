@@ -8,8 +8,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from naiad.core.datatypes import BytesFormatError, deserialize_bytes, element_count
-from naiad.core.errors import invalid
+from naiad.core.datatypes import BytesFormatError, deserialize_bytes, dims_str, element_count
+from naiad.core.errors import InferError, invalid
 from naiad.core.request import InferRequest, log_prefix
 
 _OBJECT = np.dtype(np.object_)
@@ -24,6 +24,8 @@ def from_buffer(name: str, buffer: bytes | memoryview, dtype: np.dtype, shape: l
     """
     count = element_count(shape)
     if dtype is _OBJECT:
+        if count <= 0 and not valid_shape(shape):  # before a malformed shape gets a count-based message
+            raise bad_shape(name, shape, request, model_name)
         try:
             array = deserialize_bytes(buffer)
         except BytesFormatError as exc:
@@ -43,14 +45,52 @@ def from_buffer(name: str, buffer: bytes | memoryview, dtype: np.dtype, shape: l
                 f"{log_prefix(request)}expected {count} string elements for inference input '{name}' for model "
                 f"'{model_name}', got {array.size}"
             )
-        return array.reshape(shape)
+        return reshaped(array, shape, name, request, model_name)
     expected = count * dtype.itemsize
     if len(buffer) != expected:
+        if not valid_shape(shape):  # a negative count, say: the shape is what is wrong
+            raise bad_shape(name, shape, request, model_name)
         raise invalid(
             f"{log_prefix(request)}input byte size mismatch for input '{name}' for model '{model_name}'. Expected "
             f"{expected}, got {len(buffer)}"
         )
-    return np.frombuffer(buffer, dtype=dtype).reshape(shape)
+    try:
+        return np.frombuffer(buffer, dtype=dtype).reshape(shape)
+    except ValueError:  # see reshaped()
+        raise bad_shape(name, shape, request, model_name) from None
+
+
+# NumPy's bound on an array's byte size (and on each dimension): np.intp's largest value.
+MAX_BYTES = np.iinfo(np.intp).max
+
+
+def valid_shape(shape: list[int] | tuple[int, ...]) -> bool:
+    """Whether NumPy can hold a tensor of this shape: no negative dimension, and the product of the non-zero ones
+    (an 8-byte element each at most) within ``MAX_BYTES``. Only checked once something already failed, or by
+    ``reshaped``'s error path: the hot path pays nothing for it."""
+    size = 8
+    for dim in shape:
+        if dim < 0:
+            return False
+        if dim:
+            size *= dim
+    return size <= MAX_BYTES
+
+
+def bad_shape(name: str, shape: list[int] | tuple[int, ...], request: InferRequest, model_name: str) -> InferError:
+    return invalid(f"{log_prefix(request)}unexpected shape for input '{name}' for model '{model_name}'. Got "
+                   f"{dims_str(shape)}: dimensions must not be negative, and the tensor must hold fewer than 2^63 "
+                   "bytes")
+
+
+def reshaped(array: np.ndarray, shape: list[int], name: str, request: InferRequest, model_name: str) -> np.ndarray:
+    """``array`` in the request's shape. Its size already matches the shape's element count, so only a shape NumPy
+    can't make fails: two negative dimensions whose product matches, or a zero beside dimensions that overflow
+    (``[0, 2^63-1]``) - the client's error, not the server's."""
+    try:
+        return array.reshape(shape)
+    except ValueError:
+        raise bad_shape(name, shape, request, model_name) from None
 
 
 def classify(array: np.ndarray, k: int, labels: list[str] | None) -> np.ndarray:

@@ -121,8 +121,11 @@ def mutate_infer(rng: random.Random, model: str) -> GrpcCase:
         tensor.datatype = rng.choice(DATATYPES)
     elif choice == 1 and tensor is not None:
         del tensor.shape[:]
+        # Two negatives whose product is the element count, a zero beside dimensions that overflow: shapes whose
+        # count can match the data but that no array can have (a ValueError, and a dropped connection, before).
         tensor.shape.extend(rng.choice([[], [-1], [-(2**63)], [2**62, 4], [0], [2**31, 2**31, 2**31], [1] * 10,
-                                        [rng.randint(0, 6)], [3, -3]]))
+                                        [rng.randint(0, 6)], [3, -3], [-1, -1], [-2, -2],
+                                        [0, 2**63 - 1], [2**62, 0, 4]]))
     elif choice == 2:
         raw = message.raw_input_contents
         what = rng.randrange(4)

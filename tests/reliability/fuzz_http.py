@@ -18,6 +18,7 @@ import struct
 import zlib
 from typing import Any, Callable
 
+from tests.reliability.bombs import bomb
 from tests.reliability.http_oracle import SHM_REGION, SHM_SIZE, HttpCase
 
 MODELS = ("echo", "bytes", "batched", "ensemble", "sequence", "decoupled", "onnx_add_sub")
@@ -163,6 +164,7 @@ def mutate_shape(rng: random.Random, model: str) -> HttpCase:
     doc, binaries = _valid(rng, model)
     item = rng.choice(doc["inputs"])
     item["shape"] = rng.choice([[], [0], [-1], [2**63], [2**31, 2**31], [1, 1, 1, 1, 1, 1, 1, 1], [5, 0],
+                                [0, 2**63 - 1], [2**62, 0, 4],  # a count of 0 that no array can have
                                 [len(_flat(item["data"])) + 1], [1.5], ["2"], [None], [2**64], 3, None,
                                 [0] + item["shape"][1:], [9] + item["shape"][1:], item["shape"][::-1],
                                 [rng.randint(0, 9) for _ in range(rng.randint(1, 4))]])
@@ -340,7 +342,7 @@ def mutate_compression(rng: random.Random, model: str) -> HttpCase:
     doc, _ = _valid(rng, model)
     body = json.dumps(doc).encode()
     encoding = rng.choice(["gzip", "deflate", "br", "identity", "GZIP", "gzip, deflate", "x-gzip", ""])
-    choice = rng.randrange(4)
+    choice = rng.randrange(5)
     if choice == 0 and encoding in ("gzip", "GZIP"):
         body = gzip.compress(body)
     elif choice == 1 and encoding == "deflate":
@@ -349,6 +351,8 @@ def mutate_compression(rng: random.Random, model: str) -> HttpCase:
         body = gzip.compress(body)[: rng.randint(0, 20)]  # a cut stream
     elif choice == 3:
         body = gzip.compress(b"\0" * 1_000_000)  # a small body that inflates to a megabyte of NULs
+    elif choice == 4:
+        body = bomb(encoding if encoding == "deflate" else "gzip", 65)  # past --http-max-input-size once inflated
     headers = {"Content-Encoding": encoding}
     if rng.random() < 0.4:
         headers["Accept-Encoding"] = rng.choice(["gzip", "deflate", "br", "*", "gzip;q=0", "nonsense, ,;", ""])

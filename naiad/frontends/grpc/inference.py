@@ -90,6 +90,10 @@ class Inference:
         except InferError as exc:
             fail(context, exc)
             return None
+        except Exception as exc:  # noqa: BLE001 - a bug costs this call, answered as the lean engine answers it
+            log.exception("ModelInfer failed")
+            fail(context, internal(f"{type(exc).__name__}: {exc}"))
+            return None
 
     async def ModelStreamInfer(self, messages: AsyncIterator[pb.ModelInferRequest], context: Any
                                ) -> AsyncIterator[pb.ModelStreamInferResponse]:
@@ -154,7 +158,10 @@ class _Stream:
             request, options = decode_request(message, model, self.service.shared_memory)
             if self.forwarded:
                 request.parameters.update(self.forwarded)
-        except InferError as exc:
+        except Exception as exc:  # noqa: BLE001 - InferError, or a bug: either costs this request, not the stream
+            if not isinstance(exc, InferError):
+                log.exception("stream request failed")
+                exc = internal(f"{type(exc).__name__}: {exc}")
             refused = self._slot()
             refused.messages.append(stream_error(exc, message))
             self._complete(refused)

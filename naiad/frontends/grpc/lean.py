@@ -11,9 +11,9 @@ metadata. HTTP/2 itself (framing, flow control, HPACK, limits and their errors) 
 blocks use only the static table and literals without indexing, so they need no encoder state and the common
 ones are prebuilt bytes. A call whose stream the client resets, or whose connection closes, is cancelled: a
 queued ModelInfer's future (the model sees ``is_cancelled()``), a handler's task. Request messages may be
-gzip/deflate compressed; ModelInfer / ModelStreamInfer answers are when --grpc-infer-response-compression-level
-asks, with grpc's choice of algorithm. TLS is asyncio's (``ssl``), offering ALPN "h2" as grpc clients require.
-Not handled: deadlines (grpc-timeout).
+gzip/deflate compressed, expanding to at most --grpc-max-decompressed-size; ModelInfer / ModelStreamInfer answers
+are when --grpc-infer-response-compression-level asks, with grpc's choice of algorithm. TLS is asyncio's
+(``ssl``), offering ALPN "h2" as grpc clients require. Not handled: deadlines (grpc-timeout).
 """
 
 from __future__ import annotations
@@ -28,8 +28,9 @@ from typing import Any
 import grpc
 
 from naiad.core.errors import InferError
+from naiad.core.inflate import DEFLATE, GZIP, TooLarge, inflate
 from naiad.frontends.grpc.inference import UNPARSABLE_MESSAGE, Inference
-from naiad.frontends.grpc.options import GrpcOptions, compression_for
+from naiad.frontends.grpc.options import MAX_DECOMPRESSED_SIZE, GrpcOptions, compression_for
 from naiad.frontends.grpc.status import GRPC_STATUS
 from naiad.frontends.http2.connection import H2Connection
 from naiad.frontends.http2.events import (
@@ -124,6 +125,7 @@ class Connection(asyncio.Protocol):
         self.inference = server.inference
         self.infer_path = server.infer_path
         self.compress_level = server.compress_level
+        self.max_decompressed = server.max_decompressed
         self.h2 = H2Connection(server.limits)
         self.calls: dict[int, Call] = {}
         self.receiving = False  # inside data_received: writes wait for its end, to go out as one
@@ -177,31 +179,52 @@ class Connection(asyncio.Protocol):
         try:
             for event in self.h2.receive(data):
                 kind = event.__class__
-                if kind is RequestReceived:
-                    self.on_request(event)  # type: ignore[arg-type]
-                elif kind is DataReceived:
-                    self.on_data(event)  # type: ignore[arg-type]
-                elif kind is StreamReset:
-                    call = self.calls.pop(event.stream_id, None)  # type: ignore[union-attr]
-                    if call is not None:
-                        self.abandon(call)
-                elif kind is TrailersReceived:
-                    call = self.calls.get(event.stream_id)  # type: ignore[union-attr]
-                    if call is not None:
-                        self.end_of_request(call)
-                elif kind is GoAwayReceived:
-                    if not self.calls and self.transport is not None:
-                        # The client is leaving with nothing in flight; otherwise it closes once its calls are
-                        # answered.
-                        self.transport.close()
-                elif kind is ConnectionTerminated:
-                    self.flush()
-                    if self.transport is not None:
-                        self.transport.close()  # connection_lost abandons the calls
-                    return
+                # One call's failure must cost that call, not the connection (an exception leaving
+                # data_received makes asyncio drop the transport, and every call on it); the try costs nothing
+                # until something raises.
+                try:
+                    if kind is RequestReceived:
+                        self.on_request(event)  # type: ignore[arg-type]
+                    elif kind is DataReceived:
+                        self.on_data(event)  # type: ignore[arg-type]
+                    elif kind is StreamReset:
+                        call = self.calls.pop(event.stream_id, None)  # type: ignore[union-attr]
+                        if call is not None:
+                            self.abandon(call)
+                    elif kind is TrailersReceived:
+                        call = self.calls.get(event.stream_id)  # type: ignore[union-attr]
+                        if call is not None:
+                            self.end_of_request(call)
+                    elif kind is GoAwayReceived:
+                        if not self.calls and self.transport is not None:
+                            # The client is leaving with nothing in flight; otherwise it closes once its calls are
+                            # answered.
+                            self.transport.close()
+                    elif kind is ConnectionTerminated:
+                        self.flush()
+                        if self.transport is not None:
+                            self.transport.close()  # connection_lost abandons the calls
+                        return
+                except Exception as exc:  # noqa: BLE001 - a bug's cost is bounded to its call
+                    self.failed(getattr(event, "stream_id", 0), exc)
         finally:
             self.receiving = False
         self.flush()
+
+    def failed(self, sid: int, exc: Exception) -> None:
+        """An unexpected error while handling stream ``sid``: that call ends INTERNAL, the connection serves on."""
+        log.error("gRPC call failed on stream %d", sid, exc_info=exc)
+        if not sid:
+            return  # not a call's event: logged, and the connection goes on
+        call = self.calls.get(sid)
+        if call is None:  # it failed before it was registered: answered all the same
+            call = Call(sid, {})
+        elif call.closed:
+            return
+        try:
+            self.trailers_only(call, grpc.StatusCode.INTERNAL, f"{type(exc).__name__}: {exc}")
+        except Exception:  # noqa: BLE001 - the stream may already be gone: nothing to answer
+            self.calls.pop(sid, None)
 
     @staticmethod
     def abandon(call: Call) -> None:
@@ -264,11 +287,17 @@ class Connection(asyncio.Protocol):
     def message(self, call: Call, data: memoryview) -> Any:
         """One length-prefixed message's bytes, decompressed; None (and the call ended) if it can't be read."""
         if data[0]:
+            # Bounded: a small compressed message can't make the server hold more than the limit.
             try:
                 if call.encoding == "gzip":
-                    return zlib.decompress(data[5:], 31)
+                    return inflate(data[5:], GZIP, self.max_decompressed)
                 if call.encoding == "deflate":
-                    return zlib.decompress(data[5:])
+                    return inflate(data[5:], DEFLATE, self.max_decompressed)
+            except TooLarge:
+                self.trailers_only(call, grpc.StatusCode.RESOURCE_EXHAUSTED,
+                                   f"Decompressed message larger than max ({self.max_decompressed} bytes, "
+                                   "--grpc-max-decompressed-size)")
+                return None
             except zlib.error as exc:
                 self.trailers_only(call, grpc.StatusCode.INTERNAL, f"Failed to decompress the message: {exc}")
                 return None
@@ -307,6 +336,9 @@ class Connection(asyncio.Protocol):
             future, model, options = inference.begin(request, call.headers)
         except InferError as exc:
             self.trailers_only(call, GRPC_STATUS[exc.code], exc.message)
+            return
+        except Exception as exc:  # noqa: BLE001 - a bug in decoding costs this call only
+            self.failed(call.sid, exc)
             return
 
         def done(future: asyncio.Future) -> None:
@@ -458,10 +490,11 @@ class LeanServer:
 
     def __init__(self, paths: dict[str, grpc.RpcMethodHandler], inference: Inference,
                  infer_path: str | None = _INFER_PATH, compress_level: str | None = None,
-                 limits: Limits | None = None) -> None:
+                 limits: Limits | None = None, max_decompressed: int = MAX_DECOMPRESSED_SIZE) -> None:
         self.paths = paths
         self.inference = inference
         self.compress_level = compress_level  # None: answers are never compressed
+        self.max_decompressed = max_decompressed  # what a compressed request message may expand to
         # ModelInfer's fast path; None sends it through its (restriction-checking) handler like any other RPC.
         self.infer_path = infer_path
         self.limits = limits or Limits()
@@ -505,6 +538,6 @@ async def start(paths: dict[str, grpc.RpcMethodHandler], inference: Inference, o
     restricted = options.restricted.rule("inference") is not None
     level = options.infer_compression_level
     server = LeanServer(paths, inference, None if restricted else _INFER_PATH, None if level == "none" else level,
-                        limits_for(options))
+                        limits_for(options), options.max_decompressed_size)
     await server.start(options)
     return server

@@ -12,6 +12,9 @@ from naiad.core.restricted import Restrictions, help_text
 
 # Triton's limit on both directions (grpc_server.cc): any message an int32 length can frame.
 MAX_MESSAGE_SIZE = 2**31 - 1
+# What a compressed request message may expand to unless --grpc-max-decompressed-size says otherwise: the default of
+# --http-max-input-size, which bounds HTTP bodies (and what they expand to) the same way.
+MAX_DECOMPRESSED_SIZE = 64 * 1024 * 1024
 # Triton looks a restricted protocol's key up as metadata with this prefix (grpc_server.h).
 RESTRICTED_KEY_PREFIX = "triton-grpc-protocol-"
 COMPRESSION_LEVELS = ("none", "low", "medium", "high")
@@ -51,6 +54,10 @@ class GrpcOptions:
     server_key: str = ""
     root_cert: str = ""
     infer_compression_level: str = "none"  # of ModelInfer / ModelStreamInfer answers (grpcio: every RPC's)
+    # The most a compressed request message may expand to (a 1 MB gzip bomb gives 1 GB). grpc core has one limit for
+    # a message as received and as decompressed, so under grpcio this caps uncompressed messages too; the lean
+    # engine keeps Triton's 2 GiB for those.
+    max_decompressed_size: int = MAX_DECOMPRESSED_SIZE
     restricted: Restrictions = field(default_factory=lambda: Restrictions("protocol"))
     header_forward: HeaderForward | None = None
     # SETTINGS_MAX_CONCURRENT_STREAMS, per connection, on both engines. Calls above it wait in the client, where
@@ -88,7 +95,7 @@ class GrpcOptions:
 
     def channel_options(self) -> list[tuple[str, int]]:
         options = [
-            ("grpc.max_receive_message_length", MAX_MESSAGE_SIZE),
+            ("grpc.max_receive_message_length", min(self.max_decompressed_size, MAX_MESSAGE_SIZE)),
             ("grpc.max_send_message_length", MAX_MESSAGE_SIZE),
             ("grpc.so_reuseport", int(self.reuse_port)),
             ("grpc.keepalive_time_ms", self.keepalive_time_ms),
@@ -159,6 +166,12 @@ def add_arguments(parser: argparse.ArgumentParser, flag: Callable[..., None]) ->
                         help="compress ModelInfer / ModelStreamInfer responses (the grpcio engine: every RPC's): "
                              "low = gzip, medium / high = deflate when the client accepts both (grpc's choice by "
                              "level)")
+    parser.add_argument("--grpc-max-decompressed-size", type=int, default=defaults.max_decompressed_size,
+                        metavar="BYTES",
+                        help="naiad only: the most a compressed (gzip / deflate) request message may expand to; past "
+                             "it the call ends RESOURCE_EXHAUSTED. grpcio has one limit for a message as received and "
+                             "as decompressed, so with --grpc-engine=grpcio it caps uncompressed messages too (the "
+                             "lean engine takes those up to Triton's 2 GiB)")
     parser.add_argument("--grpc-restricted-protocol", action="append", default=[],
                         metavar="<protocols>:<key>=<value>",
                         help=help_text("protocol", f"the metadata {RESTRICTED_KEY_PREFIX}<key>")
@@ -202,7 +215,14 @@ def from_args(args: argparse.Namespace) -> GrpcOptions:
         server_key=args.grpc_server_key,
         root_cert=args.grpc_root_cert,
         infer_compression_level=level,
+        max_decompressed_size=_positive(args.grpc_max_decompressed_size, "--grpc-max-decompressed-size"),
         restricted=Restrictions.parse(args.grpc_restricted_protocol, "grpc-restricted-protocol", "protocol",
                                       RESTRICTED_KEY_PREFIX),
         header_forward=HeaderForward(pattern) if pattern else None,
     )
+
+
+def _positive(value: int, flag: str) -> int:
+    if value < 1:
+        raise ValueError(f"{flag} must be at least 1, got {value}")
+    return value

@@ -17,7 +17,7 @@ from naiad.core.datatypes import WIRE_TO_NUMPY, element_count, serialize_bytes
 from naiad.core.errors import internal, invalid
 from naiad.core.request import InferRequest, InferResponse, log_prefix as _log
 from naiad.core.shared_memory import SharedMemoryRegistry, SharedMemoryUse
-from naiad.core.tensors import classify, from_buffer
+from naiad.core.tensors import bad_shape, classify, from_buffer
 
 # Request parameters that steer the server rather than reach the model.
 _RESERVED_PARAMETERS = frozenset(
@@ -96,7 +96,11 @@ def decode_request(
             array = from_buffer(name, source.chunk, dtype, shape, request, model_name,
                                 core_bytes_wording=source.__class__ is _Mapped)
         else:
-            array = _from_json(source, dtype, shape, count)
+            array = _from_json(source, dtype, count)
+            try:
+                array = array.reshape(shape)
+            except ValueError:  # a shape NumPy can't make, e.g. [0, 2^63-1] (see tensors.reshaped)
+                raise bad_shape(name, shape, request, model_name) from None
         if name in request.inputs:
             raise invalid(f"{_log(request)}input '{name}' already exists in request")
         request.inputs[name] = array
@@ -133,16 +137,19 @@ def _parse_json(header: bytes | bytearray | memoryview) -> Any:
     try:
         return orjson.loads(header)
     except orjson.JSONDecodeError as exc:
-        error = exc
+        # Only the text: the exception itself, kept past this block, would hold its traceback, whose frame holds
+        # the exception and ``header`` (a reference cycle that pins the body until a full garbage collection).
+        error = str(exc)
     # Triton's parser reads the header as a C string: a NUL (binary data the header length reached
     # into) ends the document.
-    nul = bytes(header).find(b"\0")
+    text = header if isinstance(header, (bytes, bytearray)) else bytes(header)  # one copy at most
+    nul = text.find(b"\0")
     if nul > 0:
         try:
-            return orjson.loads(bytes(header)[:nul])
+            return orjson.loads(memoryview(text)[:nul])
         except orjson.JSONDecodeError:
             pass
-    if "UTF-8" in str(error):
+    if "UTF-8" in error:
         raise invalid(f"failed to parse the request JSON buffer: {error}") from None
     raise internal(f"failed to parse the request JSON buffer: {error}") from None
 
@@ -315,7 +322,8 @@ _SHAPE_MISMATCH = "Unable to parse 'data': Shape does not match true shape of 'd
 _INT64 = np.dtype(np.int64)
 
 
-def _from_json(data: Any, dtype: np.dtype, shape: list[int], count: int) -> np.ndarray:
+def _from_json(data: Any, dtype: np.dtype, count: int) -> np.ndarray:
+    """The flat array of ``count`` elements that ``data`` holds (the caller gives it the request's shape)."""
     if not isinstance(data, list):
         raise internal("Unable to parse 'data': attempt to access JSON non-array as array")
     # One pass at C speed tells which JSON types are present; nested data is walked flat, as Triton does.
@@ -331,7 +339,7 @@ def _from_json(data: Any, dtype: np.dtype, shape: list[int], count: int) -> np.n
             raise internal("Unable to parse JSON bytes array: attempt to access JSON non-string as string")
         array = np.empty(count, dtype=np.object_)
         array[:] = [value.encode("utf-8") for value in flat]
-        return array.reshape(shape)
+        return array
     kind = dtype.kind
     if not types <= _ACCEPTED_TYPES[kind]:
         raise internal(_KIND_ERRORS[kind])
@@ -344,7 +352,7 @@ def _from_json(data: Any, dtype: np.dtype, shape: list[int], count: int) -> np.n
             array = np.array(flat, dtype=dtype)
     except OverflowError:
         raise internal(_KIND_ERRORS[kind]) from None
-    return array.reshape(shape)
+    return array
 
 
 def encode_response(response: InferResponse, options: OutputOptions, labels: dict[str, list[str]] | None = None

@@ -7,23 +7,28 @@ import zlib
 from typing import TYPE_CHECKING, Callable
 
 from naiad.core.errors import InferError, invalid, Code
+from naiad.core.inflate import DEFLATE, GZIP, TooLarge, inflate
 
 if TYPE_CHECKING:
     from naiad.frontends.http.routes import Reply
 
 
-def decompress(body: bytes | bytearray, encoding: bytes) -> bytes | bytearray:
+def decompress(body: bytes | bytearray, encoding: bytes, limit: int) -> bytes | bytearray:
+    """The body as the client encoded it, decompressed to at most ``limit`` bytes (``--http-max-input-size``, which
+    bounds what a body expands to as it bounds the body itself)."""
     kind = encoding.strip().lower()
     if kind in (b"", b"identity"):
         return body
+    if kind not in (b"gzip", b"deflate"):
+        raise InferError("Unsupported compression type", Code.UNSUPPORTED)
     try:
-        if kind == b"gzip":
-            return gzip.decompress(body)
-        if kind == b"deflate":
-            return zlib.decompress(body)
-    except (OSError, EOFError, zlib.error) as exc:
-        raise invalid(f"failed to decompress the request body ({kind.decode()}): {exc}") from None
-    raise InferError("Unsupported compression type", Code.UNSUPPORTED)
+        return inflate(body, GZIP, limit, members=True) if kind == b"gzip" else inflate(body, DEFLATE, limit)
+    except TooLarge:
+        message = (f"decompressed request body size exceeds the maximum allowed value of {limit} bytes. Use "
+                   "--http-max-input-size to increase the limit.")
+    except zlib.error as exc:
+        message = f"failed to decompress the request body ({kind.decode()}): {exc}"
+    raise invalid(message)  # outside the handlers: the failed body is not kept alive by a chained traceback
 
 
 def compress(reply: "Reply", accept: bytes) -> "Reply":

@@ -32,7 +32,8 @@ log = logging.getLogger("naiad.http")
 _REASONS = {s.value: s.phrase.encode() for s in HTTPStatus}
 
 
-def _encode(reply: Reply, keep_alive: bool) -> list[bytes]:
+def _encode(reply: Reply, keep_alive: bool, head_only: bool = False) -> list[bytes]:
+    """The reply's bytes; ``head_only`` (a HEAD request): no body, Content-Length still the body's (RFC 9110 9.3.2)."""
     body = reply.body
     if isinstance(body, list):
         length = sum(len(c) for c in body)
@@ -50,6 +51,8 @@ def _encode(reply: Reply, keep_alive: bool) -> list[bytes]:
     if not keep_alive:
         head.append(b"Connection: close\r\n")
     head.append(b"\r\n")
+    if head_only:
+        return [b"".join(head)]
     if isinstance(body, list):
         return [b"".join(head), *body]
     return [b"".join(head), body] if body else [b"".join(head)]
@@ -59,11 +62,12 @@ class _Slot:
     """One request's place in the connection's response order. ``data`` waits until the slot reaches the
     head; a streamed reply keeps adding to it until ``finished``."""
 
-    __slots__ = ("data", "keep_alive", "finished", "pending")
+    __slots__ = ("data", "keep_alive", "head_only", "finished", "pending")
 
-    def __init__(self, keep_alive: bool) -> None:
+    def __init__(self, keep_alive: bool, head_only: bool = False) -> None:
         self.data: list[bytes] = []
         self.keep_alive = keep_alive
+        self.head_only = head_only  # a HEAD request: its answer carries no body
         self.finished = False
         self.pending: asyncio.Future | None = None  # the work behind it, cancelled if the client goes away
 
@@ -109,7 +113,6 @@ class HttpProtocol(asyncio.Protocol):
         self.url = b""
         self.headers: dict[bytes, bytes] = {}
         self.body: bytearray = bytearray()
-        self.too_large = False
         self.head_size = 0  # bytes of header names and values in this request
         self.header_count = 0
         self.spill = 0  # bytes of reads that began and ended inside one request's head (see data_received)
@@ -219,7 +222,6 @@ class HttpProtocol(asyncio.Protocol):
         self.url = b""
         self.headers = {}
         self.body = bytearray()
-        self.too_large = False
         self.head_size = self.header_count = 0
         self.phase = HEAD
         self.since = self.now
@@ -245,28 +247,23 @@ class HttpProtocol(asyncio.Protocol):
         self.since = self.now
         length = self.headers.get(b"content-length")
         if length is not None and length.isdigit() and int(length) > self.max_body:
-            self.too_large = True
-        elif (self.headers.get(b"expect", b"").lower() == b"100-continue" and self.transport is not None
-              and not self.slots and not self.parked):  # never ahead of earlier answers
+            # Refused before a byte of the body is read (nor a 100 Continue sent); the connection then closes,
+            # as the unread body leaves it out of step.
+            raise _Refusal(413, self._body_size_message(int(length)))
+        if (self.headers.get(b"expect", b"").lower() == b"100-continue" and self.transport is not None
+                and not self.slots and not self.parked):  # never ahead of earlier answers
             self.transport.write(b"HTTP/1.1 100 Continue\r\n\r\n")
 
     def on_body(self, body: bytes) -> None:
         self.since = self.now  # the body timeout runs between two reads, as nginx's client_body_timeout
-        if self.too_large:
-            return
         self.body += body
-        if len(self.body) > self.max_body:
-            self.too_large = True
+        if len(self.body) > self.max_body:  # a chunked body that grew past the limit: refused at once
             self.body = bytearray()
+            raise _Refusal(413, self._body_size_message())
 
     def on_message_complete(self) -> None:
         self.phase = IDLE
         if self.ending:
-            return
-        if self.too_large:
-            # The body was not kept, so the connection can't be trusted to be in sync: answer and close.
-            self._end(_error(400, f"request body size exceeds the maximum allowed of {self.max_body} bytes "
-                                  "(--http-max-input-size)"))
             return
         parser = self.parser
         if self.parked or len(self.slots) >= self.max_pipelined:
@@ -279,7 +276,7 @@ class HttpProtocol(asyncio.Protocol):
 
     def _dispatch(self, method: bytes, url: bytes, headers: dict[bytes, bytes], body: bytearray,
                   keep_alive: bool) -> None:
-        slot = _Slot(keep_alive)
+        slot = _Slot(keep_alive, method == b"HEAD")
         self.slots.append(slot)
         q = url.find(b"?")
         path = (url[:q] if q >= 0 else url).decode("latin-1")
@@ -456,7 +453,7 @@ class HttpProtocol(asyncio.Protocol):
         self._complete(slot, reply)
 
     def _complete(self, slot: _Slot, reply: Reply) -> None:
-        slot.data = _encode(reply, slot.keep_alive)
+        slot.data = _encode(reply, slot.keep_alive, slot.head_only)
         slot.finished = True
         self._flush()
 
@@ -488,6 +485,12 @@ class HttpProtocol(asyncio.Protocol):
             self._refill()
         if not slots and self.phase == IDLE:  # nothing pending: the keep-alive timeout starts
             self.since = self.clock()
+
+    def _body_size_message(self, size: int | None = None) -> str:
+        """Newer Triton's words for its --http-max-input-size refusal; ``size``: the declared Content-Length."""
+        of = f" of {size} bytes" if size is not None else ""
+        return (f"request body size{of} exceeds the maximum allowed value of {self.max_body} bytes. Use "
+                "--http-max-input-size to increase the limit.")
 
     def _header_size_message(self) -> str:
         return (f"request header fields exceed the maximum allowed size of {self.max_header_size} bytes "

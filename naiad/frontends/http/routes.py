@@ -71,8 +71,10 @@ def error_reply(error: InferError) -> Reply:
 
 
 class Router:
-    def __init__(self, service: Service, options: HttpOptions | None = None) -> None:
+    def __init__(self, service: Service, options: HttpOptions | None = None,
+                 max_input_size: int = 64 * 1024 * 1024) -> None:
         self.service = service
+        self.max_input_size = max_input_size  # --http-max-input-size: also what a compressed body may expand to
         options = options or HttpOptions()
         # Both None unless configured: the only per-request cost is the attribute check.
         self.forward = options.header_forward
@@ -206,7 +208,7 @@ class Router:
                              Code.UNSUPPORTED)
         encoding = headers.get(b"content-encoding")
         if encoding is not None:
-            body = decompress(body, encoding)
+            body = decompress(body, encoding, self.max_input_size)
         header_length = headers.get(b"inference-header-content-length")
         length: int | None = None
         if header_length is not None:

@@ -11,6 +11,7 @@ from hpack import Encoder
 from tritonclient.grpc import service_pb2 as pb
 
 from naiad.frontends.grpc.lean import Connection, LeanServer
+from naiad.frontends.http2.frames import literal
 
 PREFACE = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n"
 PATH = "/inference.GRPCInferenceService/ModelInfer"
@@ -97,3 +98,36 @@ def test_a_peer_that_does_not_read_is_not_read() -> None:
         return paused, transport.reading
 
     assert asyncio.run(scenario()) == (False, True)
+
+
+class Failing(Inference):
+    """Raises what no handler expects for model "boom": a bug in decoding, say."""
+
+    def begin(self, request: pb.ModelInferRequest, headers: dict) -> tuple[asyncio.Future, None, None]:
+        if request.model_name == "boom":
+            raise RuntimeError("boom")
+        return super().begin(request, headers)
+
+
+def test_an_unexpected_error_fails_its_call_not_the_connection() -> None:
+    async def scenario() -> tuple[bytes, bool, int]:
+        inference = Failing()
+        handler = grpc.unary_unary_rpc_method_handler(lambda request, context: None,
+                                                      request_deserializer=pb.ModelInferRequest.FromString)
+        connection = Connection(LeanServer({PATH: handler}, inference))  # type: ignore[arg-type]
+        transport = Transport()
+        connection.connection_made(transport)  # type: ignore[arg-type]
+        connection.data_received(PREFACE + frame(4, 0, 0, b""))
+        encoder = Encoder()
+        _infer(connection, encoder, 1)  # a bystander, queued
+        message = pb.ModelInferRequest(model_name="boom").SerializeToString()
+        block = encoder.encode([(":method", "POST"), (":scheme", "http"), (":path", PATH), (":authority", "x"),
+                                ("content-type", "application/grpc"), ("te", "trailers")])
+        connection.data_received(frame(1, 0x4, 3, block) +
+                                 frame(0, 0x1, 3, b"\0" + struct.pack(">I", len(message)) + message))
+        _infer(connection, encoder, 5)  # the connection still takes calls
+        return transport.written, transport.closed, len(inference.futures)
+
+    written, closed, queued = asyncio.run(scenario())
+    assert not closed and queued == 2
+    assert literal(b"grpc-status", b"13") + literal(b"grpc-message", b"RuntimeError: boom") in written

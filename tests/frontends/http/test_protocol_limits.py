@@ -505,3 +505,51 @@ def test_a_client_fin_cancels_its_pending_requests() -> None:
     assert not protocol.eof_received()  # the transport closes: a half-close can't be told from going away
     protocol.connection_lost(None)
     assert all(work.cancelled() for work in router.work)
+
+
+# --- HEAD and the body-size limit -------------------------------------------------------------------------------------
+
+
+def test_a_head_answer_carries_no_body_and_the_next_answer_follows_it() -> None:
+    protocol, transport, _, _ = connect()
+    protocol.data_received(b"HEAD /now/a HTTP/1.1\r\nHost: x\r\n\r\n" + get("/now/b"))
+    head, rest = bytes(transport.out).split(b"\r\n\r\n", 1)
+    assert head.startswith(b"HTTP/1.1 200 OK") and b"Content-Length: 7" in head  # what GET would send: "/now/a|"
+    assert [(r[0], r[2]) for r in parse_responses(rest)] == [(200, b"/now/b|")]  # no stray body before it
+
+
+def test_a_deferred_head_answer_carries_no_body() -> None:
+    protocol, transport, router, _ = connect()
+    protocol.data_received(b"HEAD /later/a HTTP/1.1\r\nHost: x\r\n\r\n")
+    router.work[0].finish(b"a body")
+    assert bytes(transport.out).endswith(b"Content-Length: 6\r\n\r\n")
+
+
+def test_a_declared_body_past_the_limit_is_refused_413_before_it_is_read() -> None:
+    protocol, transport, router, _ = connect(max_body=1000)
+    protocol.data_received(b"POST /now/a HTTP/1.1\r\nHost: x\r\nContent-Length: 10737418240\r\n"
+                           b"Expect: 100-continue\r\n\r\n")
+    (status, _, _), = transport.responses()
+    assert status == 413 and b"100 Continue" not in transport.out
+    assert error(transport.responses()[0]) == ("request body size of 10737418240 bytes exceeds the maximum allowed "
+                                               "value of 1000 bytes. Use --http-max-input-size to increase the limit.")
+    assert lingering(transport) and router.seen == []
+    protocol.data_received(b"x" * 100_000)  # the body the client sends anyway is dropped
+    assert len(transport.responses()) == 1 and router.seen == []
+
+
+def test_a_chunked_body_is_refused_413_as_soon_as_it_passes_the_limit() -> None:
+    protocol, transport, router, _ = connect(max_body=1000)
+    protocol.data_received(b"POST /now/a HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n")
+    protocol.data_received(b"200\r\n" + b"x" * 512 + b"\r\n")  # 512 bytes: within the limit
+    assert transport.out == b""
+    protocol.data_received(b"200\r\n" + b"x" * 512 + b"\r\n")  # 1024: past it, and the body has not ended
+    (status, _, _), = transport.responses()
+    assert status == 413 and lingering(transport) and router.seen == []
+
+
+def test_a_body_at_the_limit_is_served() -> None:
+    protocol, transport, router, _ = connect(max_body=1000)
+    protocol.data_received(b"POST /now/a HTTP/1.1\r\nHost: x\r\nContent-Length: 1000\r\n\r\n" + b"y" * 1000)
+    (status, _, body), = transport.responses()
+    assert status == 200 and body == b"/now/a|" + b"y" * 1000
