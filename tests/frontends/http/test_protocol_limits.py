@@ -48,6 +48,9 @@ class Transport:
     def get_write_buffer_size(self) -> int:
         return self.buffered
 
+    def get_extra_info(self, name: str, default: object = None) -> object:
+        return ("127.0.0.1", 50000) if name == "peername" else default
+
     def can_write_eof(self) -> bool:
         return True
 
@@ -317,7 +320,7 @@ def test_a_streamed_reply_pulls_no_part_while_writing_is_paused() -> None:
 
 
 def test_an_idle_connection_closes_after_the_keepalive_timeout_counted_from_the_last_answer() -> None:
-    protocol, transport, router, clock = connect(keepalive_timeout=75)
+    protocol, transport, router, clock = connect(keepalive_timeout=75, first_request_timeout=0)
     clock.advance(50)
     protocol.data_received(get("/now/a"))
     clock.advance(74.9)
@@ -340,8 +343,24 @@ def test_a_connection_waiting_on_the_model_never_idles_out() -> None:
 
 
 def test_keepalive_timeout_zero_keeps_idle_connections_open_as_triton() -> None:
-    _, transport, _, clock = connect(keepalive_timeout=0)
+    protocol, transport, _, clock = connect(keepalive_timeout=0)
+    protocol.data_received(get("/now/a"))
     clock.advance(10_000)
+    assert not transport.closed
+
+
+def test_a_connection_that_sends_no_request_head_closes_after_the_first_request_timeout() -> None:
+    protocol, transport, _, clock = connect(keepalive_timeout=0, header_timeout=60, first_request_timeout=10)
+    clock.advance(5)
+    protocol.data_received(b"GET /now/a HTTP/1.1\r\n")  # a head begun is not enough
+    clock.advance(4.9)
+    assert not transport.closed
+    clock.advance(0.2)
+    assert transport.out == b"" and lingering(transport)  # dropped without an answer, as a slow head
+    # one whose first head came in time is then held only to the other timeouts
+    protocol, transport, _, clock = connect(keepalive_timeout=0, first_request_timeout=10)
+    protocol.data_received(get("/now/a"))
+    clock.advance(1000)
     assert not transport.closed
 
 
@@ -448,16 +467,16 @@ def test_connections_past_the_limit_are_answered_503_and_closed() -> None:
     [response] = transport.responses()
     assert response[0] == 503 and response[1][b"connection"] == b"close"
     assert error(response) == "too many open connections: at most 2 are served at once (--http-max-connections)"
-    assert transport.events == ["eof"] and listener.open == 2  # reading never paused: nothing to resume
+    assert transport.events == ["eof"] and listener.gate.open == 2  # reading never paused: nothing to resume
     refused.data_received(get("/now/a"))  # read and dropped while lingering
     assert router.seen == []
     clock.advance(LINGER)
     assert transport.events == ["eof", "abort"]
     refused.connection_lost(None)
-    assert listener.open == 2  # a refused connection was never counted
+    assert listener.gate.open == 2  # a refused connection was never counted
     first.connection_lost(None)
     _, transport, _, _ = connect(clock, listener=listener)
-    assert transport.out == b"" and listener.open == 2
+    assert transport.out == b"" and listener.gate.open == 2
 
 
 def test_limits_come_from_serve_flags() -> None:
