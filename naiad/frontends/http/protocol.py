@@ -100,9 +100,11 @@ class HttpProtocol(asyncio.Protocol):
         self.listener = listener = listener or _DEFAULT_LISTENER
         limits = listener.limits
         self.max_pipelined = limits.max_pipelined
-        # Requests dispatched at once: max_pipelined until answers turn out large, then as many as fit the write
-        # buffer (at least one); and none while answers already wait beyond the buffer's mark.
-        self.depth = limits.max_pipelined
+        # Requests dispatched at once: one until the first answer shows how large answers are, then as many
+        # (up to max_pipelined) as answers that large fit the write buffer; and none while answers already wait
+        # beyond the buffer's mark. So a pipeline of requests for large answers is served one at a time, as
+        # nginx serves every pipeline, and never builds answers the client isn't reading.
+        self.depth = 1
         self.mark = limits.write_buffer
         self.largest = 0  # the largest answer on this connection so far
         self.held = 0  # bytes of answers built and not yet handed to the transport
