@@ -172,3 +172,16 @@ def test_a_message_larger_than_the_budget_is_refused_resource_exhausted(budgeted
         assert "Received message larger than max" in caught.value.details()
         # the connection goes on serving
         assert _infer(channel)(_sink_request(16), timeout=30).raw_output_contents[0] == (16).to_bytes(8, "little")
+
+
+def test_a_stream_of_large_messages_is_served_in_turn_within_the_budget(budgeted: RunningServer) -> None:
+    n = 12 * MiB  # each message reserves room, given back as the stream's handler takes it
+    with grpc.insecure_channel(budgeted.grpc_url, options=[("grpc.max_send_message_length", -1)]) as channel:
+        stream = channel.stream_stream("/inference.GRPCInferenceService/ModelStreamInfer",
+                                       request_serializer=pb.ModelInferRequest.SerializeToString,
+                                       response_deserializer=pb.ModelStreamInferResponse.FromString)
+        small = [_sink_request(10) for _ in range(3)]
+        replies = list(stream(iter([_sink_request(n) for _ in range(6)] + small), timeout=60))
+    assert [r.error_message for r in replies] == [""] * 9
+    assert [r.infer_response.raw_output_contents[0] for r in replies] == (
+        [n.to_bytes(8, "little")] * 6 + [(10).to_bytes(8, "little")] * 3)

@@ -161,3 +161,24 @@ def test_one_address_cannot_take_every_grpc_slot() -> None:
         for sock in sockets:
             sock.close()
         server.stop()
+
+
+def test_a_grpc_connection_without_calls_gets_goaway_after_the_idle_timeout() -> None:
+    server = RunningServer([EXAMPLES], "--grpc-idle-timeout=1", "--grpc-engine=lean")
+    try:
+        sock = _connect(server.grpc_port)
+        sock.sendall(PREFACE + _frame(SETTINGS, 0, 0, b""))
+        start = time.monotonic()
+        received = b""
+        while chunk := sock.recv(65536):  # SETTINGS, its ack, then GOAWAY and the close
+            received += chunk
+        waited = time.monotonic() - start
+        assert 0.9 < waited < 3 and _frame(7, 0, 0, b"")[3:5] in received  # a GOAWAY frame (type 7) came
+        sock.close()
+        with grpc.insecure_channel(server.grpc_url) as channel:  # clients reconnect on their next call
+            live = channel.unary_unary("/inference.GRPCInferenceService/ServerLive")
+            assert live(b"", timeout=10) is not None
+            time.sleep(2)
+            assert live(b"", timeout=10) is not None
+    finally:
+        server.stop()

@@ -59,6 +59,7 @@ _COMPRESSED_PATHS = (_INFER_PATH, "/inference.GRPCInferenceService/ModelStreamIn
 # grpc's deflate is the zlib format; both at zlib's default level, as grpc compresses.
 _COMPRESSORS = {"gzip": lambda data: zlib.compress(data, wbits=31), "deflate": zlib.compress}
 _SPLIT = 65536  # a message at least this large goes out as its own DATA frame(s), not copied behind its prefix
+INF = float("inf")
 REFUSAL = 2.0  # seconds a refused connection stays open for its calls' UNAVAILABLE answers
 
 
@@ -159,18 +160,20 @@ class Connection(asyncio.Protocol):
         gate = server.gate
         self.address = address = peer_address(transport)
         self.refused = refused = gate.admit(address)
-        delay = server.preface_timeout or server.idle_timeout / 2
+        loop = asyncio.get_running_loop()
+        self.opened = loop.time()
+        delay = min(server.preface_timeout or INF, server.idle_timeout / 2 or INF)
         if refused is not None:
             if gate.refusing >= gate.max_refusing:  # a flood: no descriptor is held to answer it
                 transport.close()
                 return
             gate.refusing += 1  # answered UNAVAILABLE (on_request) and closed, within REFUSAL seconds
-            delay = min(delay or REFUSAL, REFUSAL)
+            delay = REFUSAL
         else:
             self.admitted = True
         server.connections.add(self)
-        if delay:
-            self.timer = asyncio.get_running_loop().call_later(delay, self.on_timer)
+        if delay < INF:
+            self.timer = loop.call_later(delay, self.on_timer)
         self.h2.initiate()
         self.flush()
 
@@ -219,7 +222,11 @@ class Connection(asyncio.Protocol):
         transport, server = self.transport, self.server
         if transport is None or transport.is_closing():
             return
-        if not self.h2.started:
+        loop = asyncio.get_running_loop()
+        now = loop.time() + 0.001  # timers may fire a hair early on the loop's clock
+        started = self.h2.started
+        preface_due = self.opened + server.preface_timeout if server.preface_timeout and not started else INF
+        if now >= preface_due:
             log.debug("gRPC connection closed: no HTTP/2 preface within %g s (--grpc-preface-timeout)",
                       server.preface_timeout)
             transport.close()
@@ -227,16 +234,19 @@ class Connection(asyncio.Protocol):
         if self.refused is not None:
             self.goaway(NO_ERROR, close=True)
             return
-        if self.calls or self.active:
-            self.active, self.quiet = False, 0
-        else:
-            self.quiet += 1
-            if self.quiet >= 2:
-                log.debug("gRPC connection closed: no call for %g s (--grpc-idle-timeout)", server.idle_timeout)
-                self.goaway(NO_ERROR, close=True)
-                return
         if server.idle_timeout:
-            self.timer = asyncio.get_running_loop().call_later(server.idle_timeout / 2, self.on_timer)
+            if self.calls or self.active:
+                self.active, self.quiet = False, 0
+            else:
+                self.quiet += 1
+                if self.quiet >= 2:
+                    log.debug("gRPC connection closed: no call for %g s (--grpc-idle-timeout)",
+                              server.idle_timeout)
+                    self.goaway(NO_ERROR, close=True)
+                    return
+        delay = min(server.idle_timeout / 2 or INF, preface_due - now)
+        if delay < INF:
+            self.timer = loop.call_later(max(delay, 0.001), self.on_timer)
 
     def goaway(self, error: int, close: bool) -> None:
         self.h2.close(error)
