@@ -205,8 +205,9 @@ def from_args(args: argparse.Namespace) -> GrpcOptions:
     if args.grpc_max_connection_buffer < 1 << 16:
         raise ValueError(f"--grpc-max-connection-buffer must be at least 65536, got {args.grpc_max_connection_buffer}")
     for name in ("max_connections", "max_connections_per_address", "preface_timeout", "idle_timeout"):
-        if getattr(args, "grpc_" + name) < 0:
-            raise ValueError(f"--grpc-{name.replace('_', '-')} must not be negative, got {getattr(args, 'grpc_' + name)}")
+        value = getattr(args, "grpc_" + name)
+        if value < 0:
+            raise ValueError(f"--grpc-{name.replace('_', '-')} must not be negative, got {value}")
     level = args.grpc_infer_response_compression_level.lower()
     if level not in COMPRESSION_LEVELS:
         raise ValueError("invalid argument for --grpc_infer_response_compression_level")
