@@ -15,6 +15,7 @@ from naiad.core.errors import STATUS_NAMES, InferError, internal, invalid
 from naiad.core.settings import LogSettings
 from naiad.core.stats import ModelStats
 from naiad.core.tracing import Tracer
+from naiad.frontends.connections import Gate, gates, raise_nofile
 from naiad.frontends.grpc.options import GrpcOptions
 from naiad.frontends.http.limits import Listener
 from naiad.frontends.http.options import HttpOptions
@@ -160,13 +161,14 @@ class Server:
         else:
             await self._load_models()
         self._warn_code_upload()
+        admission = self._gates()
         if self.options.allow_http:
             router = Router(self.service, self.options.http, self.options.http_max_input_size)
             protocol = HttpProtocol
             if self.options.http.header_forward is not None:
                 from naiad.frontends.http.forwarding import NamedHeadersProtocol as protocol  # type: ignore[assignment]
             await self._listen("HTTP", router, self.options.http_address, self.options.http_port,
-                               self.options.reuse_http_port, protocol)
+                               self.options.reuse_http_port, protocol, admission["HTTP"])
             log.info("Started HTTPService at %s:%d", self.options.http_address, self.options.http_port)
         if self.options.sagemaker.enabled:
             from naiad.frontends.sagemaker.routes import SageMakerRouter
@@ -176,14 +178,15 @@ class Server:
             sagemaker_router = SageMakerRouter(self.service, sagemaker,
                                                None if self.options.allow_http else self.options.http,
                                                self.options.http.allowed_hosts)
-            await self._listen("Sagemaker", sagemaker_router, sagemaker.address, sagemaker.port)
+            await self._listen("Sagemaker", sagemaker_router, sagemaker.address, sagemaker.port,
+                               gate=admission["Sagemaker"])
             log.info("Started Sagemaker HTTPService at %s:%d", sagemaker.address, sagemaker.port)
         if self.options.grpc.enabled:
             from naiad.frontends.grpc import (
                 server as grpc_server,  # grpc loads only when it is served
             )
 
-            self._grpc = await grpc_server.start(self.service, self.options.grpc)
+            self._grpc = await grpc_server.start(self.service, self.options.grpc, admission["GRPC"])
         if self.options.metrics.enabled:
             from naiad.frontends.metrics.server import MetricsService
 
@@ -216,10 +219,23 @@ class Server:
         if unkeyed:
             log.warning("%s", code_upload_warning(unkeyed))
 
+    def _gates(self) -> dict[str, Gate]:
+        """Each served port's admission, its cap lowered to fit the open file limit (raised to the hard one)."""
+        options = self.options
+        limits, grpc = options.http.limits, options.grpc
+        ports = {}
+        if options.allow_http:
+            ports["HTTP"] = (limits.max_connections, limits.max_connections_per_address)
+        if options.sagemaker.enabled:
+            ports["Sagemaker"] = (limits.max_connections, limits.max_connections_per_address)
+        if grpc.enabled:
+            ports["GRPC"] = (grpc.max_connections, grpc.max_connections_per_address)
+        return gates(ports, raise_nofile())
+
     async def _listen(self, name: str, router: object, address: str, port: int, reuse_port: bool = False,
-                      protocol: type[HttpProtocol] = HttpProtocol) -> None:
+                      protocol: type[HttpProtocol] = HttpProtocol, gate: Gate | None = None) -> None:
         max_body = self.options.http_max_input_size
-        listener = Listener(self.options.http.limits)  # this port's own connection count
+        listener = Listener(self.options.http.limits, gate)  # this port's own connection count
         loop = asyncio.get_running_loop()
         try:
             server = await loop.create_server(lambda: protocol(router, max_body, listener),  # type: ignore[arg-type]

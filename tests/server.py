@@ -9,6 +9,7 @@ import socket
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -23,7 +24,8 @@ def free_port() -> int:
 
 class RunningServer:
     def __init__(self, repositories: list[Path], *extra: str, env: dict[str, str] | None = None,
-                 wait_ready: bool = True, wait_port: bool = False) -> None:
+                 wait_ready: bool = True, wait_port: bool = False, preexec_fn: Callable[[], None] | None = None
+                 ) -> None:
         self.http_port = free_port()
         self.grpc_port = free_port()
         self.metrics_port = free_port()
@@ -44,7 +46,8 @@ class RunningServer:
         self.log_path = Path(os.environ.get("TMPDIR", "/tmp")) / f"naiad-test-{self.http_port}.log"
         self._log = open(self.log_path, "wb")
         self.proc = subprocess.Popen(args, stdout=self._log, stderr=subprocess.STDOUT, cwd=ROOT,
-                                     env={**os.environ, "PYTHONPATH": str(ROOT), **(env or {})})
+                                     env={**os.environ, "PYTHONPATH": str(ROOT), **(env or {})},
+                                     preexec_fn=preexec_fn)  # e.g. a lower open-file limit
         try:
             self._wait(wait_ready, wait_port)
         except RuntimeError:

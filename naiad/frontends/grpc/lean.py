@@ -14,6 +14,12 @@ queued ModelInfer's future (the model sees ``is_cancelled()``), a handler's task
 gzip/deflate compressed, expanding to at most --grpc-max-decompressed-size; ModelInfer / ModelStreamInfer answers
 are when --grpc-infer-response-compression-level asks, with grpc's choice of algorithm. TLS is asyncio's
 (``ssl``), offering ALPN "h2" as grpc clients require. Not handled: deadlines (grpc-timeout).
+
+What a connection may hold and for how long: request bytes within --grpc-max-connection-buffer (``budget.py``:
+stream windows open only for what the server has room for); connections per port and per client address
+(``naiad/frontends/connections.py``: past a cap, calls are answered UNAVAILABLE and the connection closed); and
+one timer per connection closes it when the HTTP/2 preface hasn't come within --grpc-preface-timeout, or when it
+has had no call for --grpc-idle-timeout (GOAWAY; clients reconnect on their next call).
 """
 
 from __future__ import annotations
@@ -22,6 +28,7 @@ import asyncio
 import logging
 import ssl
 import zlib
+from collections import deque
 from collections.abc import AsyncIterator
 from typing import Any
 
@@ -29,6 +36,8 @@ import grpc
 
 from naiad.core.errors import InferError
 from naiad.core.inflate import DEFLATE, GZIP, TooLarge, inflate
+from naiad.frontends.connections import PORT_FULL, Gate, peer_address
+from naiad.frontends.grpc.budget import Budget, stream_window
 from naiad.frontends.grpc.inference import UNPARSABLE_MESSAGE, Inference
 from naiad.frontends.grpc.options import MAX_DECOMPRESSED_SIZE, GrpcOptions, compression_for
 from naiad.frontends.grpc.status import GRPC_STATUS
@@ -51,6 +60,8 @@ _COMPRESSED_PATHS = (_INFER_PATH, "/inference.GRPCInferenceService/ModelStreamIn
 # grpc's deflate is the zlib format; both at zlib's default level, as grpc compresses.
 _COMPRESSORS = {"gzip": lambda data: zlib.compress(data, wbits=31), "deflate": zlib.compress}
 _SPLIT = 65536  # a message at least this large goes out as its own DATA frame(s), not copied behind its prefix
+INF = float("inf")
+REFUSAL = 2.0  # seconds a refused connection stays open for its calls' UNAVAILABLE answers
 
 
 def _percent_encode(message: str) -> bytes:
@@ -73,6 +84,7 @@ def status_trailers(code: grpc.StatusCode, message: str) -> bytes:
 def limits_for(options: GrpcOptions) -> Limits:
     """The HTTP/2 limits, with grpc-core's ping abuse policy set by Triton's flags."""
     return Limits(max_concurrent_streams=options.max_concurrent_streams,
+                  stream_window=stream_window(options.max_connection_buffer, options.max_concurrent_streams),
                   min_ping_interval=options.http2_min_recv_ping_interval_without_data_ms / 1000,
                   max_ping_strikes=options.http2_max_ping_strikes,
                   ping_without_calls=options.keepalive_permit_without_calls)
@@ -102,7 +114,7 @@ class Call:
     """One RPC: the gRPC side of one HTTP/2 stream."""
 
     __slots__ = ("sid", "headers", "body", "handler", "inbox", "task", "future", "started", "closed", "encoding",
-                 "compress")
+                 "compress", "reserved", "need", "sizes", "queued")
 
     def __init__(self, sid: int, headers: dict[str, str]) -> None:
         self.sid = sid
@@ -116,6 +128,11 @@ class Call:
         self.closed = False  # trailers sent
         self.encoding = "identity"
         self.compress: str | None = None  # the algorithm for this call's answers
+        # The connection's budget (budget.py): room reserved / waited for, messages queued for a stream handler.
+        self.reserved = 0
+        self.need = 0
+        self.sizes: deque[tuple[int, int]] | None = None
+        self.queued = 0
 
 
 class Connection(asyncio.Protocol):
@@ -130,17 +147,50 @@ class Connection(asyncio.Protocol):
         self.calls: dict[int, Call] = {}
         self.receiving = False  # inside data_received: writes wait for its end, to go out as one
         self.transport: asyncio.Transport | None = None
+        self.budget = Budget(self.h2, server.buffer_limit, self.h2.limits.stream_window or 0)
+        self.address: str | None = None
+        self.admitted = False
+        self.refused: str | None = None  # why the port refused it: its calls are answered UNAVAILABLE
+        self.timer: asyncio.TimerHandle | None = None  # the preface, then the idle timeout
+        self.active = True  # a call began since the timer last looked
+        self.quiet = 0  # idle-timer ticks in a row with no call
 
     # -- connection ---------------------------------------------------------------------------------------
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         self.transport = transport  # type: ignore[assignment]
-        self.server.connections.add(self)
+        server = self.server
+        gate = server.gate
+        self.address = address = peer_address(transport)
+        self.refused = refused = gate.admit(address)
+        loop = asyncio.get_running_loop()
+        self.opened = loop.time()
+        delay = min(server.preface_timeout or INF, server.idle_timeout / 2 or INF)
+        if refused is not None:
+            if gate.refusing >= gate.max_refusing:  # a flood: no descriptor is held to answer it
+                transport.close()
+                return
+            gate.refusing += 1  # answered UNAVAILABLE (on_request) and closed, within REFUSAL seconds
+            delay = REFUSAL
+        else:
+            self.admitted = True
+        server.connections.add(self)
+        if delay < INF:
+            self.timer = loop.call_later(delay, self.on_timer)
         self.h2.initiate()
         self.flush()
 
     def connection_lost(self, exc: Exception | None) -> None:
-        self.server.connections.discard(self)
+        server = self.server
+        if self.admitted:
+            self.admitted = False
+            server.gate.release(self.address)
+        elif self.refused is not None and self in server.connections:
+            server.gate.refusing -= 1
+        if self.timer is not None:
+            self.timer.cancel()
+            self.timer = None
+        server.connections.discard(self)
         self.transport = None
         calls, self.calls = self.calls, {}
         for call in calls.values():
@@ -168,6 +218,39 @@ class Connection(asyncio.Protocol):
         if not self.receiving:
             self.flush()
 
+    def on_timer(self) -> None:
+        """Close a connection that never sent the preface, or a refused one, or one without calls for the idle
+        timeout (two ticks in a row of half of it)."""
+        self.timer = None
+        transport, server = self.transport, self.server
+        if transport is None or transport.is_closing():
+            return
+        loop = asyncio.get_running_loop()
+        now = loop.time() + 0.001  # timers may fire a hair early on the loop's clock
+        started = self.h2.started
+        preface_due = self.opened + server.preface_timeout if server.preface_timeout and not started else INF
+        if now >= preface_due:
+            log.debug("gRPC connection closed: no HTTP/2 preface within %g s (--grpc-preface-timeout)",
+                      server.preface_timeout)
+            transport.close()
+            return
+        if self.refused is not None:
+            self.goaway(NO_ERROR, close=True)
+            return
+        if server.idle_timeout:
+            if self.calls or self.active:
+                self.active, self.quiet = False, 0
+            else:
+                self.quiet += 1
+                if self.quiet >= 2:
+                    log.debug("gRPC connection closed: no call for %g s (--grpc-idle-timeout)",
+                              server.idle_timeout)
+                    self.goaway(NO_ERROR, close=True)
+                    return
+        delay = min(server.idle_timeout / 2 or INF, preface_due - now)
+        if delay < INF:
+            self.timer = loop.call_later(max(delay, 0.001), self.on_timer)
+
     def goaway(self, error: int, close: bool) -> None:
         self.h2.close(error)
         self.flush()
@@ -191,6 +274,7 @@ class Connection(asyncio.Protocol):
                         call = self.calls.pop(event.stream_id, None)  # type: ignore[union-attr]
                         if call is not None:
                             self.abandon(call)
+                            self.budget.release(call)
                     elif kind is TrailersReceived:
                         call = self.calls.get(event.stream_id)  # type: ignore[union-attr]
                         if call is not None:
@@ -243,6 +327,10 @@ class Connection(asyncio.Protocol):
         path = headers.get(":path", "")
         if log.isEnabledFor(logging.DEBUG):  # --log-verbose 1: one line per call, like the HTTP front end's
             log.debug("GRPC request: %s", path)
+        self.active = True
+        if self.refused is not None:
+            self.refuse(call)
+            return
         if event.oversize:  # grpc-core's answer and wording
             self.trailers_only(call, grpc.StatusCode.RESOURCE_EXHAUSTED,
                                f"received metadata size exceeds hard limit ({event.oversize} vs. "
@@ -259,6 +347,7 @@ class Connection(asyncio.Protocol):
         self.calls[call.sid] = call
         if handler.request_streaming:
             call.inbox = asyncio.Queue()  # its handler starts with the first message (``feed``)
+            call.sizes = deque()
         if event.end_stream:
             self.end_of_request(call)
 
@@ -277,6 +366,16 @@ class Connection(asyncio.Protocol):
             self.feed(call, event.end_stream)
         elif event.end_stream:
             self.unary(call)
+        else:
+            self.make_room(call)
+
+    def make_room(self, call: Call) -> None:
+        """A message still arriving: reserve the connection's room for it (budget.py), or refuse it as grpc
+        refuses a message above its max_receive_message_length."""
+        size = self.budget.reserve(call)
+        if size:
+            self.trailers_only(call, grpc.StatusCode.RESOURCE_EXHAUSTED,
+                               f"Received message larger than max ({size} vs. {self.budget.limit})")
 
     def end_of_request(self, call: Call) -> None:
         if call.inbox is not None:
@@ -391,6 +490,7 @@ class Connection(asyncio.Protocol):
                     return
                 try:
                     inbox.put_nowait(call.handler.request_deserializer(bytes(data)))
+                    self.budget.queue(call, 5 + size)
                 except Exception:  # noqa: BLE001 - as in unary(): the stream ends with it
                     self.trailers_only(call, grpc.StatusCode.INTERNAL, UNPARSABLE_MESSAGE)
                     return
@@ -400,6 +500,8 @@ class Connection(asyncio.Protocol):
             call.body = body[pos:] if pos < n else None
         if end:
             inbox.put_nowait(None)
+        elif call.body is not None:
+            self.make_room(call)
         if call.task is None and not inbox.empty():
             # Started only now: a stream that is opened and left idle holds no task (~10 KiB each, for up to
             # --grpc-max-concurrent-streams streams per connection).
@@ -409,8 +511,12 @@ class Connection(asyncio.Protocol):
         inbox = call.inbox
         assert inbox is not None
 
+        budget = self.budget
+
         async def requests() -> AsyncIterator[Any]:
             while (item := await inbox.get()) is not None:
+                budget.handed(call)  # its room comes back, and the client may send the next
+                self.wrote()
                 yield item
 
         context = Context(tuple(call.headers.items()))
@@ -430,12 +536,25 @@ class Connection(asyncio.Protocol):
 
     # -- answers ------------------------------------------------------------------------------------------
 
+    def refuse(self, call: Call) -> None:
+        """A call on a connection the port refused: UNAVAILABLE (clients retry it elsewhere or later), then close."""
+        gate = self.server.gate
+        if self.refused == PORT_FULL:
+            message = f"too many open connections: at most {gate.limit} are served at once (--grpc-max-connections)"
+        else:
+            message = (f"too many open connections from {self.address}: at most {gate.per_address} are served at "
+                       "once (--grpc-max-connections-per-address)")
+        self.trailers_only(call, grpc.StatusCode.UNAVAILABLE, message)
+        self.goaway(NO_ERROR, close=True)
+
     def trailers_only(self, call: Call, code: grpc.StatusCode, message: str) -> None:
         if call.started:
             self.end_call(call, code, message)
             return
         call.closed = True
         self.calls.pop(call.sid, None)
+        if call.reserved or call.need or call.sizes:
+            self.budget.release(call)
         self.h2.send_headers(call.sid, RESPONSE_HEADERS + status_trailers(code, message), end_stream=True)
         if call.inbox is not None and call.task is not None and not call.task.done():
             call.task.cancel()  # nothing more will be read for it
@@ -447,6 +566,8 @@ class Connection(asyncio.Protocol):
             return
         call.closed = True
         self.calls.pop(call.sid, None)
+        if call.reserved or call.need or call.sizes:
+            self.budget.release(call)
         self.h2.send_headers(call.sid, status_trailers(code, message) if code is not grpc.StatusCode.OK
                              else OK_TRAILERS, end_stream=True)
         self.wrote()
@@ -466,6 +587,8 @@ class Connection(asyncio.Protocol):
         if last:
             call.closed = True
             self.calls.pop(call.sid, None)
+            if call.reserved:
+                self.budget.release(call)
             if len(data) < _SPLIT:
                 h2.respond(call.sid, headers, head + data, OK_TRAILERS)  # one write: HEADERS, DATA, trailers
             else:
@@ -490,11 +613,16 @@ class LeanServer:
 
     def __init__(self, paths: dict[str, grpc.RpcMethodHandler], inference: Inference,
                  infer_path: str | None = _INFER_PATH, compress_level: str | None = None,
-                 limits: Limits | None = None, max_decompressed: int = MAX_DECOMPRESSED_SIZE) -> None:
+                 limits: Limits | None = None, gate: Gate | None = None, options: GrpcOptions | None = None) -> None:
+        options = options or GrpcOptions()
+        self.gate = gate or Gate(options.max_connections, options.max_connections_per_address)
+        self.buffer_limit = options.max_connection_buffer
+        self.preface_timeout = options.preface_timeout
+        self.idle_timeout = options.idle_timeout
         self.paths = paths
         self.inference = inference
         self.compress_level = compress_level  # None: answers are never compressed
-        self.max_decompressed = max_decompressed  # what a compressed request message may expand to
+        self.max_decompressed = options.max_decompressed_size  # what a compressed request message may expand to
         # ModelInfer's fast path; None sends it through its (restriction-checking) handler like any other RPC.
         self.infer_path = infer_path
         self.limits = limits or Limits()
@@ -534,10 +662,11 @@ def tls_context(options: GrpcOptions) -> ssl.SSLContext:
     return context
 
 
-async def start(paths: dict[str, grpc.RpcMethodHandler], inference: Inference, options: GrpcOptions) -> LeanServer:
+async def start(paths: dict[str, grpc.RpcMethodHandler], inference: Inference, options: GrpcOptions,
+                gate: Gate | None = None) -> LeanServer:
     restricted = options.restricted.rule("inference") is not None
     level = options.infer_compression_level
     server = LeanServer(paths, inference, None if restricted else _INFER_PATH, None if level == "none" else level,
-                        limits_for(options), options.max_decompressed_size)
+                        limits_for(options), gate, options)
     await server.start(options)
     return server

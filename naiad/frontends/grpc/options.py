@@ -18,6 +18,9 @@ MAX_DECOMPRESSED_SIZE = 64 * 1024 * 1024
 # Triton looks a restricted protocol's key up as metadata with this prefix (grpc_server.h).
 RESTRICTED_KEY_PREFIX = "triton-grpc-protocol-"
 COMPRESSION_LEVELS = ("none", "low", "medium", "high")
+# Streams one connection may have open at once: the lean engine's SETTINGS_MAX_CONCURRENT_STREAMS
+# (naiad/frontends/http2/limits.py), and grpcio's grpc.max_concurrent_streams.
+MAX_CONCURRENT_STREAMS = 100
 
 
 def compression_for(level: str, accepted: str) -> str | None:
@@ -65,6 +68,16 @@ class GrpcOptions:
     # concurrency reaches the models' queues, which answer overload with UNAVAILABLE; bounded, for the memory one
     # connection's open streams can hold.
     max_concurrent_streams: int = 1000
+    # naiad's own connection budget (Triton has none; see README "Slow and greedy clients"): request bytes one
+    # connection may have buffered or in flight (the lean engine opens windows only within it; a larger message is
+    # refused RESOURCE_EXHAUSTED, as grpcio's max_receive_message_length, which it also sets), connections per port
+    # (lowered to fit the open file limit) and per client address, and how long a connection may stay without
+    # sending the HTTP/2 preface, or without calls.
+    max_connection_buffer: int = 64 * 1024 * 1024
+    max_connections: int = 1024
+    max_connections_per_address: int = 256
+    preface_timeout: float = 10.0
+    idle_timeout: float = 300.0
     # "grpcio" (grpc.aio), "lean" (our own HTTP/2 on asyncio: no poller thread or tasks per unary call), or
     # "auto": lean unless a flag asks for what only grpcio does (server keepalive pings, connection age).
     engine: str = "auto"
@@ -95,7 +108,8 @@ class GrpcOptions:
 
     def channel_options(self) -> list[tuple[str, int]]:
         options = [
-            ("grpc.max_receive_message_length", min(self.max_decompressed_size, MAX_MESSAGE_SIZE)),
+            ("grpc.max_receive_message_length", min(self.max_decompressed_size, self.max_connection_buffer,
+                                                    MAX_MESSAGE_SIZE)),
             ("grpc.max_send_message_length", MAX_MESSAGE_SIZE),
             ("grpc.so_reuseport", int(self.reuse_port)),
             ("grpc.keepalive_time_ms", self.keepalive_time_ms),
@@ -105,7 +119,10 @@ class GrpcOptions:
             ("grpc.http2.min_ping_interval_without_data_ms", self.http2_min_recv_ping_interval_without_data_ms),
             ("grpc.http2.max_ping_strikes", self.http2_max_ping_strikes),
             ("grpc.max_concurrent_streams", self.max_concurrent_streams),
+            ("grpc.server_handshake_timeout_ms", _ms(self.preface_timeout)),
         ]
+        if self.idle_timeout:
+            options.append(("grpc.max_connection_idle_ms", _ms(self.idle_timeout)))
         if self.max_connection_age_ms:
             options.append(("grpc.max_connection_age_ms", self.max_connection_age_ms))
         if self.max_connection_age_grace_ms:
@@ -117,6 +134,10 @@ class GrpcOptions:
             level = COMPRESSION_LEVELS.index(self.infer_compression_level)  # grpc_compression_level's values
             options.append(("grpc.default_compression_level", level))
         return options
+
+
+def _ms(seconds: float) -> int:
+    return int(seconds * 1000) if seconds > 0 else 2**31 - 1  # 0: never (grpc's "infinite")
 
 
 def add_arguments(parser: argparse.ArgumentParser, flag: Callable[..., None]) -> None:
@@ -179,6 +200,23 @@ def add_arguments(parser: argparse.ArgumentParser, flag: Callable[..., None]) ->
     parser.add_argument("--grpc-header-forward-pattern", default="", metavar="REGEX",
                         help="ModelInfer / ModelStreamInfer metadata whose key this regular expression matches "
                              "(anywhere in the key, ignoring case) reach the model as string parameters; empty: none")
+    parser.add_argument("--grpc-max-connection-buffer", type=int, default=defaults.max_connection_buffer,
+                        metavar="BYTES", help="request bytes one connection may have received and not yet "
+                        "answered (lean engine: flow-control windows open only within it) and the largest request "
+                        "message; a larger message is refused RESOURCE_EXHAUSTED")
+    parser.add_argument("--grpc-max-connections", type=int, default=defaults.max_connections, metavar="N",
+                        help="connections served at once (lowered to fit the open file limit); past it a call is "
+                             "answered UNAVAILABLE and the connection closed (grpcio: refused); 0: only the open "
+                             "file limit's")
+    parser.add_argument("--grpc-max-connections-per-address", type=int,
+                        default=defaults.max_connections_per_address, metavar="N",
+                        help="connections one client address may hold at once (lean engine); 0: no limit")
+    parser.add_argument("--grpc-preface-timeout", type=float, default=defaults.preface_timeout, metavar="SECONDS",
+                        help="a connection that has not sent the HTTP/2 preface (and TLS handshake) by then is "
+                             "closed; 0: never")
+    parser.add_argument("--grpc-idle-timeout", type=float, default=defaults.idle_timeout, metavar="SECONDS",
+                        help="a connection with no call for this long gets GOAWAY and is closed (clients reconnect "
+                             "on their next call); 0: never")
     parser.add_argument("--grpc-engine", choices=("auto", "grpcio", "lean"), default=defaults.engine,
                         help="naiad only: grpcio's asyncio server, or naiad's lean HTTP/2 server (about 2-3x the unary "
                              "throughput; no server keepalive pings, connection age or deadlines); auto = lean "
@@ -187,6 +225,12 @@ def add_arguments(parser: argparse.ArgumentParser, flag: Callable[..., None]) ->
 
 def from_args(args: argparse.Namespace) -> GrpcOptions:
     """Raises ``ValueError`` with Triton's message for a malformed flag."""
+    if args.grpc_max_connection_buffer < 1 << 16:
+        raise ValueError(f"--grpc-max-connection-buffer must be at least 65536, got {args.grpc_max_connection_buffer}")
+    for name in ("max_connections", "max_connections_per_address", "preface_timeout", "idle_timeout"):
+        value = getattr(args, "grpc_" + name)
+        if value < 0:
+            raise ValueError(f"--grpc-{name.replace('_', '-')} must not be negative, got {value}")
     level = args.grpc_infer_response_compression_level.lower()
     if level not in COMPRESSION_LEVELS:
         raise ValueError("invalid argument for --grpc_infer_response_compression_level")
@@ -219,6 +263,11 @@ def from_args(args: argparse.Namespace) -> GrpcOptions:
         restricted=Restrictions.parse(args.grpc_restricted_protocol, "grpc-restricted-protocol", "protocol",
                                       RESTRICTED_KEY_PREFIX),
         header_forward=HeaderForward(pattern) if pattern else None,
+        max_connection_buffer=args.grpc_max_connection_buffer,
+        max_connections=args.grpc_max_connections,
+        max_connections_per_address=args.grpc_max_connections_per_address,
+        preface_timeout=args.grpc_preface_timeout,
+        idle_timeout=args.grpc_idle_timeout,
     )
 
 

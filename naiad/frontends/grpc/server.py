@@ -24,6 +24,7 @@ from tritonclient.grpc import service_pb2 as pb
 
 from naiad.core.errors import InferError
 from naiad.core.restricted import Restrictions
+from naiad.frontends.connections import Gate
 from naiad.frontends.grpc.control import Control, unary_methods
 from naiad.frontends.grpc.inference import UNPARSABLE, UNPARSABLE_MESSAGE, Inference
 from naiad.frontends.grpc.options import GrpcOptions
@@ -176,8 +177,10 @@ def handlers(paths: dict[str, grpc.RpcMethodHandler]) -> list[grpc.GenericRpcHan
     return [grpc.method_handlers_generic_handler(name, table) for name, table in by_service.items()]
 
 
-async def start(service: Service, options: GrpcOptions) -> Any:
-    """The gRPC server as ``options.engine`` says; either answers ``await stop(grace=None)``."""
+async def start(service: Service, options: GrpcOptions, gate: Gate | None = None) -> Any:
+    """The gRPC server as ``options.engine`` says; either answers ``await stop(grace=None)``. ``gate``: the port's
+    admission, its cap lowered to fit the open file limit (default: the flags')."""
+    gate = gate or Gate(options.max_connections, options.max_connections_per_address)
     engine = options.chosen_engine()
     inference = Inference(service, options)
     paths = method_table(service, inference, options.restricted)
@@ -186,13 +189,15 @@ async def start(service: Service, options: GrpcOptions) -> Any:
         from naiad.frontends.grpc import lean
 
         try:
-            server: Any = await lean.start(paths, inference, options)
+            server: Any = await lean.start(paths, inference, options, gate)
         except OSError as exc:
             raise SystemExit(f"error: failed to bind the gRPC server to {address}: {exc}") from exc
         log.info("Started GRPCInferenceService at %s (lean HTTP/2 engine%s)", address,
                  ", TLS" if options.use_ssl else "")
         return server
-    server = aio.server(options=options.channel_options())
+    # grpc-core counts connections itself: the port's cap as the open file limit lowered it (no per-address cap).
+    capped = [("grpc.max_allowed_incoming_connections", gate.limit)] if gate.limit else []
+    server = aio.server(options=options.channel_options() + capped)
     server.add_generic_rpc_handlers(handlers(paths))
     try:
         if options.use_ssl:

@@ -62,7 +62,14 @@ def add_arguments(parser: argparse.ArgumentParser, flag: Callable[..., None]) ->
           help="most header fields in one request; more are answered 431")
     limit("--http-max-connections", type=int, default=d.max_connections, metavar="N",
           help="connections served at once per port (HTTP, and SageMaker's); one more is answered 503 and "
-               "closed; 0: no limit")
+               "closed; 0: no limit but the open file limit's, which lowers every port's cap to fit (its soft limit "
+               "is raised to the hard one at start)")
+    limit("--http-max-connections-per-address", type=int, default=d.max_connections_per_address, metavar="N",
+          help="connections one client address may hold at once per port; one more is answered 503 and closed; 0: "
+               "no limit")
+    limit("--http-first-request-timeout", type=float, default=d.first_request_timeout, metavar="SECONDS",
+          help="a new connection that sends no complete request head within this long is closed (idle sockets "
+               "holding slots); 0: only the keep-alive and header timeouts apply")
 
 
 def from_args(args: argparse.Namespace) -> HttpOptions:

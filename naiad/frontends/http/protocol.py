@@ -24,6 +24,7 @@ from typing import cast
 import httptools
 import orjson
 
+from naiad.frontends.connections import PORT_FULL, peer_address
 from naiad.frontends.http.limits import INF, Listener
 from naiad.frontends.http.routes import Deferred, Reply, Router, Streamed
 
@@ -62,10 +63,11 @@ class _Slot:
     """One request's place in the connection's response order. ``data`` waits until the slot reaches the
     head; a streamed reply keeps adding to it until ``finished``."""
 
-    __slots__ = ("data", "keep_alive", "head_only", "finished", "pending")
+    __slots__ = ("data", "keep_alive", "head_only", "finished", "pending", "size")
 
     def __init__(self, keep_alive: bool, head_only: bool = False) -> None:
         self.data: list[bytes] = []
+        self.size = 0  # bytes of ``data`` counted in the connection's ``held``
         self.keep_alive = keep_alive
         self.head_only = head_only  # a HEAD request: its answer carries no body
         self.finished = False
@@ -76,6 +78,9 @@ _DEFAULT_LISTENER = Listener()  # for protocols made without one (the metrics po
 
 IDLE, HEAD, BODY = 0, 1, 2  # where the parser is: between requests, in a request's head, in its body
 LINGER = 2.0  # seconds an error-closed connection keeps reading (and dropping) input, so the answer isn't reset
+# Answers one connection may have built and not yet handed to the transport, in write buffers (--http-write-buffer-
+# size): past it the client, which pipelines more than it reads, is disconnected.
+HELD_ANSWERS = 256
 
 
 def _error(status: int, message: str) -> Reply:
@@ -99,6 +104,15 @@ class HttpProtocol(asyncio.Protocol):
         self.listener = listener = listener or _DEFAULT_LISTENER
         limits = listener.limits
         self.max_pipelined = limits.max_pipelined
+        # Requests dispatched at once: one until the first answer shows how large answers are, then as many
+        # (up to max_pipelined) as answers that large fit the write buffer; and none while answers already wait
+        # beyond the buffer's mark. So a pipeline of requests for large answers is served one at a time, as
+        # nginx serves every pipeline, and never builds answers the client isn't reading.
+        self.depth = 1
+        self.mark = limits.write_buffer
+        self.largest = 0  # the largest answer on this connection so far
+        self.held = 0  # bytes of answers built and not yet handed to the transport
+        self.held_limit = HELD_ANSWERS * limits.write_buffer
         self.max_url = limits.max_url_size
         self.max_header_size = limits.max_header_size
         self.max_header_count = limits.max_header_count
@@ -136,6 +150,12 @@ class HttpProtocol(asyncio.Protocol):
         self.drained: asyncio.Future | None = None  # streamed replies wait on it while writing is paused
         self.refilling = False
         self.linger_until = INF
+        self.address: str | None = None  # the client's, as the port's admission counts it
+        self.refusing = False  # refused, the 503 going out
+        # Until its first request head is in, a connection is closed this long after it opened (not the
+        # keep-alive / header timeouts): idle sockets can't hold slots.
+        self.first_timeout = limits.seconds("first_request_timeout")
+        self.first_deadline = INF  # None once the first request head is in
 
     # --- asyncio.Protocol ------------------------------------------------------------------------------------
 
@@ -144,26 +164,44 @@ class HttpProtocol(asyncio.Protocol):
         loop = self.loop = self.loop or asyncio.get_running_loop()
         self.clock = loop.time
         limits = self.listener.limits
-        if not self.listener.admit():
+        gate = self.listener.gate
+        self.address = address = peer_address(transport)
+        refused = gate.admit(address)
+        if refused is not None:
             # Answered rather than dropped: clients and load balancers read 503 as "try again / elsewhere",
             # while a bare close looks like a network fault.
             self.ending = True
-            transport.writelines(_encode(_error(503, (
-                f"too many open connections: at most {limits.max_connections} are served at once "
-                "(--http-max-connections)")), False))
+            if refused == PORT_FULL:
+                message = (f"too many open connections: at most {gate.limit} are served at once "
+                           + ("(--http-max-connections)" if gate.limit == limits.max_connections
+                              else "(--http-max-connections, lowered to fit the open file limit)"))
+            else:
+                message = (f"too many open connections from {address}: at most {gate.per_address} are served "
+                           "at once (--http-max-connections-per-address)")
+            transport.writelines(_encode(_error(503, message), False))
+            if gate.refusing >= gate.max_refusing:  # a flood: no descriptor is held to linger
+                self.closing = True
+                transport.close()
+                return
+            gate.refusing += 1
+            self.refusing = True
             self._linger()
             return
         self.admitted = True
         transport.set_write_buffer_limits(high=limits.write_buffer)
         if self.tick < INF:
             self.since = now = loop.time()  # a new connection is idle until a request begins
+            self.first_deadline = now + self.first_timeout
             self.timer = loop.call_at(now + self.tick, self._on_timer)
 
     def connection_lost(self, exc: Exception | None) -> None:
         self.closing = self.ending = True
         if self.admitted:
             self.admitted = False
-            self.listener.release()
+            self.listener.gate.release(self.address)
+        elif self.refusing:
+            self.refusing = False
+            self.listener.gate.refusing -= 1
         if self.timer is not None:
             self.timer.cancel()
             self.timer = None
@@ -245,6 +283,7 @@ class HttpProtocol(asyncio.Protocol):
                                 "(--http-max-header-count)")
         self.phase = BODY
         self.since = self.now
+        self.first_deadline = INF
         length = self.headers.get(b"content-length")
         if length is not None and length.isdigit() and int(length) > self.max_body:
             # Refused before a byte of the body is read (nor a 100 Continue sent); the connection then closes,
@@ -266,7 +305,7 @@ class HttpProtocol(asyncio.Protocol):
         if self.ending:
             return
         parser = self.parser
-        if self.parked or len(self.slots) >= self.max_pipelined:
+        if self.parked or len(self.slots) >= self.depth or self.write_paused or self.held >= self.mark:
             self.parked.append((parser.get_method(), self.url, self.headers, self.body, parser.should_keep_alive()))
             self._pause_reading()
             return
@@ -302,7 +341,8 @@ class HttpProtocol(asyncio.Protocol):
         self.refilling = True
         try:
             slots, parked = self.slots, self.parked
-            while parked and len(slots) < self.max_pipelined and not self.write_paused and not self.closing:
+            while (parked and len(slots) < self.depth and not self.write_paused and self.held < self.mark
+                   and not self.closing):
                 self._dispatch(*parked.popleft())
             if parked or self.closing:
                 return
@@ -310,7 +350,8 @@ class HttpProtocol(asyncio.Protocol):
                 if self.final_due:
                     self._append_final()
                     self._flush()
-            elif self.read_paused and not self.write_paused and len(slots) < self.max_pipelined:
+            elif (self.read_paused and not self.write_paused and len(slots) < self.depth
+                  and self.held < self.mark):
                 self.read_paused = False
                 self.transport.resume_reading()  # type: ignore[union-attr]
         finally:
@@ -359,6 +400,8 @@ class HttpProtocol(asyncio.Protocol):
         deadline = INF
         if not self.ending and (self.phase != IDLE or not (self.slots or self.parked)):  # waiting on the client
             deadline = self.since + self.timeouts[self.phase]
+            if self.first_deadline < deadline:  # the first request head isn't in yet
+                deadline = self.first_deadline
             if now >= deadline:
                 self._timed_out()
                 return
@@ -421,7 +464,7 @@ class HttpProtocol(asyncio.Protocol):
             async for chunk in streamed.chunks:
                 if chunk:
                     self._write(slot, b"%x\r\n%s\r\n" % (len(chunk), chunk), False)
-                    if self.write_paused and not self.closing:
+                    if (self.write_paused or self.held > self.mark) and not self.closing:
                         if self.drained is None:
                             self.drained = self.loop.create_future()  # type: ignore[union-attr]
                         await self.drained
@@ -436,8 +479,12 @@ class HttpProtocol(asyncio.Protocol):
 
     def _write(self, slot: _Slot, data: bytes, finished: bool) -> None:
         slot.data.append(data)
+        slot.size += len(data)
+        self.held += len(data)
         slot.finished = finished
         self._flush()
+        if self.held > self.held_limit:
+            self._overheld()
 
     def _deferred_done(self, slot: _Slot, deferred: Deferred, _: object = None) -> None:
         if deferred.future.cancelled():
@@ -453,9 +500,27 @@ class HttpProtocol(asyncio.Protocol):
         self._complete(slot, reply)
 
     def _complete(self, slot: _Slot, reply: Reply) -> None:
-        slot.data = _encode(reply, slot.keep_alive, slot.head_only)
+        slot.data = data = _encode(reply, slot.keep_alive, slot.head_only)
+        n = len(data[0]) + len(data[1]) if len(data) == 2 else sum(map(len, data))
+        slot.size = n
+        self.held += n
+        if n > self.largest:  # large answers: fewer requests in flight, so fewer answers can pile up
+            self.largest = n
+            self.depth = max(1, min(self.max_pipelined, self.mark // n))
         slot.finished = True
         self._flush()
+        if self.held > self.held_limit:
+            self._overheld()
+
+    def _overheld(self) -> None:
+        """The client pipelines far more than it reads: disconnect it (what is still running for it is
+        cancelled), rather than hold its answers."""
+        if self.closing:
+            return
+        log.debug("HTTP connection closed: %d bytes of answers waiting for a client that does not read them "
+                  "(%d x --http-write-buffer-size)", self.held, HELD_ANSWERS)
+        self.held = 0
+        self._abort()
 
     def _flush(self) -> None:
         slots = self.slots
@@ -467,6 +532,8 @@ class HttpProtocol(asyncio.Protocol):
                 if self.closing or self.write_paused:
                     break  # resume_writing flushes again
                 head.data = []
+                self.held -= head.size
+                head.size = 0
                 if len(data) == 1:
                     transport.write(data[0])  # type: ignore[union-attr]
                 else:
@@ -481,6 +548,8 @@ class HttpProtocol(asyncio.Protocol):
                     self.closing = True
                     transport.close()  # type: ignore[union-attr]
                 return
+        if self.drained is not None and self.held <= self.mark and not self.write_paused:
+            self._wake_streams()  # streamed replies behind the head may pull again
         if self.parked or self.read_paused:
             self._refill()
         if not slots and self.phase == IDLE:  # nothing pending: the keep-alive timeout starts

@@ -4,7 +4,9 @@
 Hot path first: a frame is parsed in place from the bytes received (no copy of the read unless a frame straddles
 two reads), a repeated request header block (clients send the same block for each call) is
 decoded once, and a unary answer (HEADERS, DATA, trailers) is queued with one call. Receive windows are opened as
-wide as HTTP/2 allows and topped up as data arrives; send windows follow the peer's SETTINGS and WINDOW_UPDATEs.
+wide as HTTP/2 allows and topped up as data arrives, unless ``Limits.stream_window`` hands the streams' windows to
+the application, which then opens them (``grant``) only for what it has room for; send windows follow the peer's
+SETTINGS and WINDOW_UPDATEs.
 
 Streams: a stream lives here while it is open or half-closed, which is what SETTINGS_MAX_CONCURRENT_STREAMS
 counts. Sending END_STREAM before the client ended its side also sends RST_STREAM NO_ERROR (RFC 9113 8.1, as
@@ -76,6 +78,9 @@ class H2Connection:
         self.max_frame = f.DEFAULT_MAX_FRAME  # the peer's SETTINGS_MAX_FRAME_SIZE
         self._recv_window = f.DEFAULT_WINDOW  # the connection window we granted (raised in initiate)
         self._refill_below = limits.receive_window // 2
+        # Streams' receive windows: topped up here as data arrives, or (stream_window set) by the application.
+        self._auto_windows = limits.stream_window is None
+        self._stream_window = limits.receive_window if limits.stream_window is None else limits.stream_window
         # The open header block: its stream, END_STREAM flag, bytes so far and frame count.
         self._continuing = 0
         self._block_end = False
@@ -98,7 +103,7 @@ class H2Connection:
         limits = self.limits
         self._out.append(f.settings(
             (f.MAX_CONCURRENT_STREAMS, limits.max_concurrent_streams),
-            (f.INITIAL_WINDOW_SIZE, limits.receive_window),
+            (f.INITIAL_WINDOW_SIZE, self._stream_window),
             (f.MAX_FRAME_SIZE, limits.max_frame_size),
             (f.MAX_HEADER_LIST_SIZE, limits.max_header_list_size)))
         if limits.receive_window > f.DEFAULT_WINDOW:
@@ -219,7 +224,7 @@ class H2Connection:
             stream.remote_closed = True
             events.append(DataReceived(sid, data[start:end], True))
             return
-        if window < self._refill_below:
+        if window < self._refill_below and self._auto_windows:
             self._out.append(f.window_update(sid, self.limits.receive_window - window))
             window = self.limits.receive_window
         stream.recv_window = window
@@ -320,7 +325,7 @@ class H2Connection:
             if not self.closing:
                 self._count_reset(events)
             return
-        stream = self.streams[sid] = _Stream(sid, self.initial_window, self.limits.receive_window, self.clock())
+        stream = self.streams[sid] = _Stream(sid, self.initial_window, self._stream_window, self.clock())
         stream.remote_closed = end_stream = bool(end_stream)
         limit = self.limits.max_header_list_size
         events.append(RequestReceived(sid, fields, end_stream, size if size > limit else 0))
@@ -500,6 +505,27 @@ class H2Connection:
 
     def is_open(self, sid: int) -> bool:
         return sid in self.streams
+
+    @property
+    def started(self) -> bool:
+        """The client's connection preface (the magic and its SETTINGS) has arrived."""
+        return self._settings_seen
+
+    def receive_window(self, sid: int) -> int:
+        """What the client may still send on the stream (0 once it is gone or the client ended it)."""
+        stream = self.streams.get(sid)
+        return 0 if stream is None or stream.remote_closed else stream.recv_window
+
+    def grant(self, sid: int, n: int) -> None:
+        """Let the client send ``n`` more bytes on the stream (WINDOW_UPDATE): with ``Limits.stream_window``, the
+        application's way of asking for more once it has room for it."""
+        stream = self.streams.get(sid)
+        if stream is None or stream.remote_closed:
+            return
+        n = min(n, f.MAX_WINDOW - stream.recv_window)
+        if n > 0:
+            stream.recv_window += n
+            self._out.append(f.window_update(sid, n))
 
     def send_headers(self, sid: int, block: bytes, end_stream: bool = False) -> None:
         """A response header block, or with ``end_stream`` the trailers (sent after any DATA still waiting)."""

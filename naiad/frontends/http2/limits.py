@@ -34,6 +34,10 @@ class Limits:
     # Our receive windows (SETTINGS_INITIAL_WINDOW_SIZE and the connection's): as wide as HTTP/2 allows,
     # topped up as data arrives; a gRPC message may be up to 2 GiB (Triton's limit).
     receive_window: int = 2**31 - 1
+    # SETTINGS_INITIAL_WINDOW_SIZE when the application opens stream windows itself (``grant``), as it consumes
+    # what it received: a stream may then hold only this much the application hasn't asked for. None: stream
+    # windows are ``receive_window``, topped up as data arrives.
+    stream_window: int | None = None
     # Streams the client resets before the server answered them (CVE-2023-44487, "rapid reset"), and streams
     # the server refused: a token bucket of this burst, refilled at this rate per second (nghttp2 1.57's
     # defaults); running dry closes the connection with ENHANCE_YOUR_CALM. Only resets of streams whose request

@@ -48,6 +48,9 @@ class Transport:
     def get_write_buffer_size(self) -> int:
         return self.buffered
 
+    def get_extra_info(self, name: str, default: object = None) -> object:
+        return ("127.0.0.1", 50000) if name == "peername" else default
+
     def can_write_eof(self) -> bool:
         return True
 
@@ -208,19 +211,20 @@ def error(response: tuple[int, dict[bytes, bytes], bytes]) -> str:
 def test_pipelined_requests_past_the_cap_wait_parked_and_answers_keep_their_order() -> None:
     protocol, transport, router, _ = connect(max_pipelined=4)
     protocol.data_received(b"".join(get(f"/later/{i}") for i in range(10)))  # one read, ten requests
-    assert len(router.work) == 4 and transport.events == ["pause"]
-    for i in (3, 2, 1):  # later ones finish first: nothing may overtake the first answer
-        router.work[i].finish(b"%d" % i)
-    assert transport.out == b"" and len(router.work) == 4
+    assert len(router.work) == 1 and transport.events == ["pause"]  # alone until its answer shows answers' size
     router.work[0].finish(b"0")
-    # four answers out, so four more dispatched; reading stays paused while two still wait parked
-    assert [r[2] for r in transport.responses()] == [b"0", b"1", b"2", b"3"]
-    assert len(router.work) == 8 and transport.events == ["pause"]
-    for i in range(4, 8):
+    assert len(router.work) == 5  # small answers: four in flight
+    for i in (4, 3, 2):  # later ones finish first: nothing may overtake the first answer
+        router.work[i].finish(b"%d" % i)
+    assert [r[2] for r in transport.responses()] == [b"0"] and len(router.work) == 5
+    router.work[1].finish(b"1")
+    # four answers out, so four more dispatched; reading stays paused while one still waits parked
+    assert [r[2] for r in transport.responses()] == [b"0", b"1", b"2", b"3", b"4"]
+    assert len(router.work) == 9 and transport.events == ["pause"]
+    for i in range(5, 9):
         router.work[i].finish(b"%d" % i)
     assert len(router.work) == 10 and transport.events == ["pause", "resume"]  # nothing parked: read again
     router.work[9].finish(b"9")
-    router.work[8].finish(b"8")
     assert [r[2] for r in transport.responses()] == [b"%d" % i for i in range(10)]
     assert not transport.closed
 
@@ -228,8 +232,10 @@ def test_pipelined_requests_past_the_cap_wait_parked_and_answers_keep_their_orde
 def test_ten_thousand_pipelined_requests_in_one_read_are_all_answered_in_order() -> None:
     protocol, transport, router, clock = connect()  # default cap: 128
     protocol.data_received(b"".join(get(f"/later/{i}") for i in range(10_000)))
-    assert len(router.work) == 128 and transport.events == ["pause"]
-    done = 0
+    assert len(router.work) == 1 and transport.events == ["pause"]
+    router.work[0].finish(b"0")  # a small answer: the pipeline opens to the cap
+    assert len(router.work) == 129
+    done = 1
     while done < len(router.work):  # answer whatever is in flight, as a model would
         router.work[done].finish(b"%d" % done)
         done += 1
@@ -317,7 +323,7 @@ def test_a_streamed_reply_pulls_no_part_while_writing_is_paused() -> None:
 
 
 def test_an_idle_connection_closes_after_the_keepalive_timeout_counted_from_the_last_answer() -> None:
-    protocol, transport, router, clock = connect(keepalive_timeout=75)
+    protocol, transport, router, clock = connect(keepalive_timeout=75, first_request_timeout=0)
     clock.advance(50)
     protocol.data_received(get("/now/a"))
     clock.advance(74.9)
@@ -340,8 +346,24 @@ def test_a_connection_waiting_on_the_model_never_idles_out() -> None:
 
 
 def test_keepalive_timeout_zero_keeps_idle_connections_open_as_triton() -> None:
-    _, transport, _, clock = connect(keepalive_timeout=0)
+    protocol, transport, _, clock = connect(keepalive_timeout=0)
+    protocol.data_received(get("/now/a"))
     clock.advance(10_000)
+    assert not transport.closed
+
+
+def test_a_connection_that_sends_no_request_head_closes_after_the_first_request_timeout() -> None:
+    protocol, transport, _, clock = connect(keepalive_timeout=0, header_timeout=60, first_request_timeout=10)
+    clock.advance(5)
+    protocol.data_received(b"GET /now/a HTTP/1.1\r\n")  # a head begun is not enough
+    clock.advance(4.9)
+    assert not transport.closed
+    clock.advance(0.2)
+    assert transport.out == b"" and lingering(transport)  # dropped without an answer, as a slow head
+    # one whose first head came in time is then held only to the other timeouts
+    protocol, transport, _, clock = connect(keepalive_timeout=0, first_request_timeout=10)
+    protocol.data_received(get("/now/a"))
+    clock.advance(1000)
     assert not transport.closed
 
 
@@ -448,16 +470,16 @@ def test_connections_past_the_limit_are_answered_503_and_closed() -> None:
     [response] = transport.responses()
     assert response[0] == 503 and response[1][b"connection"] == b"close"
     assert error(response) == "too many open connections: at most 2 are served at once (--http-max-connections)"
-    assert transport.events == ["eof"] and listener.open == 2  # reading never paused: nothing to resume
+    assert transport.events == ["eof"] and listener.gate.open == 2  # reading never paused: nothing to resume
     refused.data_received(get("/now/a"))  # read and dropped while lingering
     assert router.seen == []
     clock.advance(LINGER)
     assert transport.events == ["eof", "abort"]
     refused.connection_lost(None)
-    assert listener.open == 2  # a refused connection was never counted
+    assert listener.gate.open == 2  # a refused connection was never counted
     first.connection_lost(None)
     _, transport, _, _ = connect(clock, listener=listener)
-    assert transport.out == b"" and listener.open == 2
+    assert transport.out == b"" and listener.gate.open == 2
 
 
 def test_limits_come_from_serve_flags() -> None:

@@ -1,0 +1,138 @@
+"""The lean engine's per-connection budget over the sans-IO HTTP/2 core: stream windows open only for messages the
+connection has room for, and only once room comes back; messages that can never fit are refused."""
+
+from __future__ import annotations
+
+import struct
+from collections import deque
+
+from hpack import Encoder
+
+from naiad.frontends.grpc.budget import Budget, stream_window
+from naiad.frontends.http2.connection import H2Connection
+from naiad.frontends.http2.events import DataReceived
+from naiad.frontends.http2.limits import Limits
+
+PREFACE = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n"
+DATA, HEADERS, SETTINGS, WINDOW_UPDATE = 0, 1, 4, 8
+END_STREAM, END_HEADERS = 0x1, 0x4
+WINDOW = 64 * 1024
+LIMIT = 1 << 20
+
+
+def frame(kind: int, flags: int, stream: int, payload: bytes = b"") -> bytes:
+    return struct.pack(">I", len(payload))[1:] + bytes((kind, flags)) + struct.pack(">I", stream) + payload
+
+
+def window_updates(data: bytes) -> dict[int, int]:
+    out: dict[int, int] = {}
+    while data:
+        length = int.from_bytes(data[:3], "big")
+        if data[3] == WINDOW_UPDATE:
+            sid = int.from_bytes(data[5:9], "big")
+            out[sid] = out.get(sid, 0) + int.from_bytes(data[9:13], "big")
+        data = data[9 + length:]
+    return out
+
+
+class Call:
+    def __init__(self, sid: int, streaming: bool = False) -> None:
+        self.sid = sid
+        self.body: bytes | bytearray | None = None
+        self.closed = False
+        self.reserved = 0
+        self.need = 0
+        self.sizes: deque[tuple[int, int]] | None = deque() if streaming else None
+        self.queued = 0
+
+
+class Peer:
+    """A client on one H2Connection with the budget's windows."""
+
+    def __init__(self) -> None:
+        self.h2 = H2Connection(Limits(stream_window=WINDOW))
+        self.h2.initiate()
+        self.h2.receive(PREFACE + frame(SETTINGS, 0, 0))
+        self.h2.data_to_send()
+        self.budget = Budget(self.h2, LIMIT, WINDOW)
+        self.encoder = Encoder()
+
+    def open(self, sid: int) -> None:
+        block = self.encoder.encode([(":method", "POST"), (":scheme", "http"), (":path", "/p.S/M"),
+                                     (":authority", "x"), ("content-type", "application/grpc")])
+        self.h2.receive(frame(HEADERS, END_HEADERS, sid, block))
+
+    def send(self, call: Call, data: bytes, end: bool = False) -> None:
+        events = self.h2.receive(frame(DATA, END_STREAM if end else 0, call.sid, data))
+        for event in events:
+            assert isinstance(event, DataReceived), event
+            call.body = bytes(call.body or b"") + bytes(event.data)
+
+
+def message_head(size: int) -> bytes:
+    return b"\0" + size.to_bytes(4, "big")
+
+
+def test_the_announced_window_is_the_budgets_and_small_messages_need_no_room() -> None:
+    peer = Peer()
+    peer.open(1)
+    call = Call(1)
+    peer.send(call, message_head(100) + b"x" * 50)
+    assert peer.budget.reserve(call) == 0 and call.reserved == 0  # it fits the window each stream has
+    assert window_updates(peer.h2.data_to_send()) == {}
+    assert stream_window(64 << 20, 100) == 256 * 1024 and stream_window(1 << 16, 100) == 16 * 1024
+
+
+def test_a_large_message_reserves_room_and_its_window_opens_for_exactly_the_rest() -> None:
+    peer = Peer()
+    peer.open(1)
+    call = Call(1)
+    size = 600 * 1024
+    peer.send(call, message_head(size) + b"x" * 1000)
+    assert peer.budget.reserve(call) == 0 and call.reserved == 5 + size
+    granted = window_updates(peer.h2.data_to_send())[1]
+    assert granted + WINDOW == 5 + size  # the stream's window now covers the whole message, no more
+    peer.send(call, b"x" * (size - 1000))
+    assert peer.h2.receive_window(1) == 0
+
+
+def test_a_message_that_does_not_fit_now_waits_for_room_and_one_that_never_fits_is_refused() -> None:
+    peer = Peer()
+    for sid in (1, 3, 5):
+        peer.open(sid)
+    first, second, huge = Call(1), Call(3), Call(5)
+    peer.send(first, message_head(700 * 1024))
+    peer.send(second, message_head(700 * 1024))
+    peer.send(huge, message_head(LIMIT + 1))
+    assert peer.budget.reserve(first) == 0 and peer.budget.reserve(second) == 0
+    assert set(window_updates(peer.h2.data_to_send())) == {1}  # the second stalls at its initial window
+    assert second.need and not second.reserved
+    assert peer.budget.reserve(huge) == LIMIT + 1  # the caller answers RESOURCE_EXHAUSTED
+    first.closed = True
+    peer.budget.release(first)  # the first call ended: its room goes to the second
+    assert set(window_updates(peer.h2.data_to_send())) == {3} and second.reserved and peer.budget.reserved == (
+        second.reserved)
+
+
+def test_a_streaming_calls_room_comes_back_when_its_handler_takes_the_message() -> None:
+    peer = Peer()
+    peer.open(1)
+    call = Call(1, streaming=True)
+    size = 300 * 1024
+    peer.send(call, message_head(size))
+    peer.budget.reserve(call)
+    peer.h2.data_to_send()
+    peer.send(call, b"x" * size)
+    call.body = None
+    peer.budget.queue(call, 5 + size)  # decoded and queued for the handler: still held
+    assert peer.budget.reserved == 5 + size and peer.h2.receive_window(1) == 0
+    peer.budget.handed(call)  # taken: room back, and the stream may send a window's worth again
+    assert peer.budget.reserved == 0
+    assert window_updates(peer.h2.data_to_send()) == {1: WINDOW}
+    # small messages: each gives its bytes back as the handler takes it
+    peer.send(call, message_head(10) + b"y" * 10)
+    call.body = None
+    peer.budget.queue(call, 15)
+    assert window_updates(peer.h2.data_to_send()) == {}  # not before it is taken
+    peer.budget.handed(call)
+    assert window_updates(peer.h2.data_to_send()) == {1: 15}
