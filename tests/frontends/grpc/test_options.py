@@ -20,10 +20,13 @@ def test_auto_engine_falls_back_to_grpcio_for_what_only_grpcio_does(options: Grp
 
 
 @pytest.mark.parametrize(("argv", "limit"), [([], 64 * 2**20), (["--grpc-max-decompressed-size", "1000"], 1000),
-                                             (["--grpc-max-decompressed-size", str(2**40)], 2**31 - 1)])
+                                             (["--grpc-max-decompressed-size", str(2**40)], 64 * 2**20),
+                                             (["--grpc-max-decompressed-size", str(2**40),
+                                               "--grpc-max-connection-buffer", str(2**40)], 2**31 - 1)])
 def test_the_decompressed_size_is_grpcios_receive_limit(argv: list[str], limit: int) -> None:
     """grpc core bounds what a message decompresses to by its one receive limit (its words: "Decompressed message
-    larger than max"), so that limit is the flag (at most the 2 GiB a message can frame)."""
+    larger than max"), so that limit is the flag, within the connection's buffer (and at most the 2 GiB a message
+    can frame)."""
     parser = argparse.ArgumentParser()
     add_arguments(parser, lambda p, name, default, text: p.add_argument(name, nargs="?", const=True, default=default))
     options = from_args(parser.parse_args(argv))
