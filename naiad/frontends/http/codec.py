@@ -347,9 +347,10 @@ def _from_json(data: Any, dtype: np.dtype, shape: list[int], count: int) -> np.n
     return array.reshape(shape)
 
 
-def encode_response(response: InferResponse, options: OutputOptions, labels: dict[str, list[str]] | None = None
-                    ) -> tuple[bytes, list[bytes | memoryview], int | None]:
-    """The JSON header, the binary chunks that follow it, and the header length (None when all JSON)."""
+def encode_response(response: InferResponse, options: OutputOptions, labels: dict[str, list[str]] | None = None,
+                    batching: bool = True) -> tuple[bytes, list[bytes | memoryview], int | None]:
+    """The JSON header, the binary chunks that follow it, and the header length (None when all JSON).
+    ``batching``: the model's max_batch_size > 0 (classification then ranks each batch row)."""
     doc: dict[str, Any] = {"model_name": response.model_name, "model_version": response.model_version}
     if response.id:
         doc["id"] = response.id
@@ -364,7 +365,7 @@ def encode_response(response: InferResponse, options: OutputOptions, labels: dic
     for name, array in response.outputs.items():
         k = options.classification.get(name)
         if k:
-            array = classify(array, k, (labels or {}).get(name))
+            array = classify(array, k, (labels or {}).get(name), batching)
         datatype = "BYTES" if array.dtype == _OBJECT else _wire_name(array.dtype)
         entry: dict[str, Any] = {"name": name, "datatype": datatype, "shape": list(array.shape)}
         if shm is not None and name in shm.outputs:

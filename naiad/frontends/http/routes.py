@@ -211,7 +211,7 @@ class Router:
             return error_reply(response.error)
         labels = model.labels if options.classification else None
         try:
-            header, chunks, header_length = encode_response(response, options, labels)
+            header, chunks, header_length = encode_response(response, options, labels, model.batching)
         except InferError as exc:
             return error_reply(exc)
         if header_length is None:
