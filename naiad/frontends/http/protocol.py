@@ -413,7 +413,8 @@ class HttpProtocol(asyncio.Protocol):
     async def _stream(self, slot: _Slot, streamed: Streamed) -> None:
         """A chunked reply written as its parts arrive (server-sent events); no part is pulled while the
         client isn't reading."""
-        head = [b"HTTP/1.1 200 OK\r\nContent-Type: %s\r\nTransfer-Encoding: chunked\r\n" % streamed.content_type]
+        head = [b"HTTP/1.1 %d %s\r\nContent-Type: %s\r\nTransfer-Encoding: chunked\r\n" % (
+            streamed.status, _REASONS.get(streamed.status, b"Unknown"), streamed.content_type)]
         for name, value in streamed.headers or ():
             head.append(b"%s: %s\r\n" % (name, value))
         if not slot.keep_alive:
