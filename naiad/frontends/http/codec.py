@@ -60,11 +60,13 @@ def decode_request(
             raise invalid(f"inference header size should be in range (0, {len(body)}), got: {header_length}")
         if header_length == 0:
             request.raw_input = bytes(body)
+            options.binary_default = True  # Triton answers a raw request in binary (EVBufferToRawInput)
             return request, options
         view = memoryview(body)
         header, tail = view[:header_length], view[header_length:]
     if not header:
         request.raw_input = b""
+        options.binary_default = True
         return request, options
     doc = _parse_json(header)
     if not isinstance(doc, dict):
