@@ -106,6 +106,10 @@ class HttpProtocol(asyncio.Protocol):
         self.loop = loop  # the running loop unless given (tests give a clock they drive)
         self.transport: asyncio.Transport | None = None
         self.parser = httptools.HttpRequestParser(self)
+        # Content-Length beside Transfer-Encoding: chunked is framed by the chunks (RFC 9112 §6.3), as Triton's
+        # clients need; the connection then closes after the answer, so nothing can be smuggled behind it.
+        self.parser.set_dangerous_leniencies(lenient_chunked_length=True)
+        self.framed_twice = False
         self.url = b""
         self.headers: dict[bytes, bytes] = {}
         self.body: bytearray = bytearray()
@@ -221,6 +225,7 @@ class HttpProtocol(asyncio.Protocol):
         self.body = bytearray()
         self.too_large = False
         self.head_size = self.header_count = 0
+        self.framed_twice = False
         self.phase = HEAD
         self.since = self.now
 
@@ -244,7 +249,9 @@ class HttpProtocol(asyncio.Protocol):
         self.phase = BODY
         self.since = self.now
         length = self.headers.get(b"content-length")
-        if length is not None and length.isdigit() and int(length) > self.max_body:
+        if length is not None and b"transfer-encoding" in self.headers:
+            self.framed_twice = True  # the chunks frame the body; the body limit still holds in on_body
+        elif length is not None and length.isdigit() and int(length) > self.max_body:
             self.too_large = True
         elif (self.headers.get(b"expect", b"").lower() == b"100-continue" and self.transport is not None
               and not self.slots and not self.parked):  # never ahead of earlier answers
@@ -269,11 +276,14 @@ class HttpProtocol(asyncio.Protocol):
                                   "(--http-max-input-size)"))
             return
         parser = self.parser
+        keep_alive = parser.should_keep_alive() and not self.framed_twice
         if self.parked or len(self.slots) >= self.max_pipelined:
-            self.parked.append((parser.get_method(), self.url, self.headers, self.body, parser.should_keep_alive()))
+            self.parked.append((parser.get_method(), self.url, self.headers, self.body, keep_alive))
             self._pause_reading()
-            return
-        self._dispatch(parser.get_method(), self.url, self.headers, self.body, parser.should_keep_alive())
+        else:
+            self._dispatch(parser.get_method(), self.url, self.headers, self.body, keep_alive)
+        if self.framed_twice:
+            self._end(None)  # read nothing more on this connection: close once this answer is out
 
     # --- requests ------------------------------------------------------------------------------------------------
 
