@@ -22,6 +22,7 @@ ONNX_TYPES = {
     "TYPE_FP16": TensorProto.FLOAT16,
     "TYPE_FP32": TensorProto.FLOAT,
     "TYPE_FP64": TensorProto.DOUBLE,
+    "TYPE_BF16": TensorProto.BFLOAT16,
     "TYPE_STRING": TensorProto.STRING,
 }
 
