@@ -22,6 +22,7 @@ ONNX_TYPES = {
     "TYPE_FP16": TensorProto.FLOAT16,
     "TYPE_FP32": TensorProto.FLOAT,
     "TYPE_FP64": TensorProto.DOUBLE,
+    "TYPE_BF16": TensorProto.BFLOAT16,
     "TYPE_STRING": TensorProto.STRING,
 }
 
@@ -65,6 +66,25 @@ def string_add_sub(dims: list) -> onnx.ModelProto:
 def identity(dtype: str, shape: list, in_name: str = "INPUT0", out_name: str = "OUTPUT0") -> onnx.ModelProto:
     return model([helper.make_node("Identity", [in_name], [out_name])],
                  [tensor(in_name, dtype, shape)], [tensor(out_name, dtype, shape)])
+
+
+def image_classifier(classes: int = 1000, size: int = 224, seed: int = 0) -> onnx.ModelProto:
+    """densenet_onnx's signature (data_0 [1,3,size,size] -> fc6_1 [1,classes,1,1]): the channel means through
+    random weights. Only shapes and labels matter to the tests, as to Triton's image_client example."""
+    import numpy as np
+
+    weights = np.random.default_rng(seed).standard_normal((3, classes)).astype(np.float32)
+    nodes = [
+        helper.make_node("ReduceMean", ["data_0"], ["pooled"], axes=[2, 3], keepdims=0),
+        helper.make_node("MatMul", ["pooled", "W"], ["logits"]),
+        helper.make_node("Reshape", ["logits", "out_shape"], ["fc6_1"]),
+    ]
+    initializers = [
+        helper.make_tensor("W", TensorProto.FLOAT, [3, classes], weights.ravel().tolist()),
+        helper.make_tensor("out_shape", TensorProto.INT64, [4], [1, classes, 1, 1]),
+    ]
+    return model(nodes, [tensor("data_0", "TYPE_FP32", [1, 3, size, size])],
+                 [tensor("fc6_1", "TYPE_FP32", [1, classes, 1, 1])], initializers)
 
 
 def write(repo: Path, name: str, proto: onnx.ModelProto | bytes, config: str | None = None,

@@ -48,6 +48,7 @@ class Signature:
         self.inputs: dict[str, TensorSpec] = {io.name: TensorSpec(io) for io in config.input}
         self.outputs: dict[str, TensorSpec] = {io.name: TensorSpec(io) for io in config.output}
         self.output_names: list[str] = list(self.outputs)
+        self.reshaped_outputs = frozenset(n for n, s in self.outputs.items() if s.reshape is not None)
         self.required_count = sum(1 for s in self.inputs.values() if not s.optional)
 
     def check(self, request: InferRequest) -> None:
@@ -180,26 +181,35 @@ class Signature:
         )
 
     def select_outputs(self, outputs: dict[str, np.ndarray], request: InferRequest) -> dict[str, np.ndarray]:
-        """Keep the requested outputs; reject ones the config doesn't declare or doesn't match."""
+        """Keep the requested outputs, each in its config shape; reject ones the config doesn't declare.
+
+        As Triton's core (``InferenceResponse::AddOutput``), an output the model made in its ``reshape`` shape
+        is given back in its ``dims``; other shapes and datatypes pass through as the model made them (Triton
+        checks neither: python_backend's examples return outputs in other shapes and datatypes)."""
         name = self.model_name
-        for output_name, array in outputs.items():
-            spec = self.outputs.get(output_name)
-            if spec is None:
+        specs = self.outputs
+        for output_name in outputs:
+            if output_name not in specs:
                 raise invalid(f"unexpected inference output '{output_name}' for model '{name}'")
-            # Triton 2.51 passes a Python model's output on in the model's own datatype even when the config
-            # names another (python_backend's bls_decoupled example relies on it): only the shape is checked.
-            dims = spec.reshape if spec.reshape is not None else spec.dims
-            shape = array.shape[1:] if self.max_batch_size > 0 else array.shape
-            if (self.max_batch_size > 0 and array.ndim == 0) or len(shape) != len(dims) or any(
-                c != WILDCARD and c != s for c, s in zip(dims, shape)
-            ):
-                full = ((WILDCARD,) + dims) if self.max_batch_size > 0 else dims
-                raise invalid(
-                    f"output '{output_name}' of model '{name}' has shape {dims_str(array.shape)}, but the model "
-                    f"configuration expects {dims_str(full)}"
-                )
+        if self.reshaped_outputs:
+            # A new dict: the response cache keeps the model's own outputs, and a hit passes here again.
+            outputs = {n: self._undo_reshape(specs[n], a) if n in self.reshaped_outputs else a
+                       for n, a in outputs.items()}
         requested = request.requested_outputs
         if not requested:
             return outputs
         # The model's order, not the request's, as Triton answers.
         return {n: a for n, a in outputs.items() if n in requested}
+
+    def _undo_reshape(self, spec: TensorSpec, array: np.ndarray) -> np.ndarray:
+        """``array`` in the output's config dims if it has the config's reshape shape; else as it is."""
+        reshape = spec.reshape or ()
+        batching = self.max_batch_size > 0 and array.ndim > 0
+        shape = array.shape[1:] if batching else array.shape
+        if len(shape) != len(reshape) or any(c != WILDCARD and c != s for c, s in zip(reshape, shape)):
+            return array
+        variable = [s for c, s in zip(reshape, shape) if c == WILDCARD]
+        new: list[int] = [array.shape[0]] if batching else []
+        for dim in spec.dims:
+            new.append(variable.pop(0) if dim == WILDCARD else dim)
+        return array.reshape(new)

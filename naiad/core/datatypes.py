@@ -11,6 +11,18 @@ from collections.abc import Iterable
 
 import numpy as np
 
+# BF16 has no NumPy type of its own: ml_dtypes' bfloat16 is the one JAX, TensorFlow and tritonclient use (2 bytes,
+# the top half of an FP32), so the wire's bytes are viewed as it zero-copy like any other type. A Python model's
+# own execution environment may lack ml_dtypes: there BF16 tensors are bare 2-byte words (``.view(np.uint16)``).
+try:
+    import ml_dtypes
+
+    BF16 = np.dtype(ml_dtypes.bfloat16)
+except ImportError:  # pragma: no cover - ml_dtypes is a dependency of the server itself
+    BF16 = np.dtype("V2")
+# Its type strings: bfloat16's '<V2', the bare words' '|V2' (both are 2-byte voids to np.dtype()).
+BF16_CODES = frozenset(("<V2", "|V2"))
+
 # Wire (KServe v2) name -> NumPy dtype. BYTES maps to object arrays of bytes.
 WIRE_TO_NUMPY: dict[str, np.dtype] = {
     "BOOL": np.dtype(np.bool_),
@@ -25,6 +37,7 @@ WIRE_TO_NUMPY: dict[str, np.dtype] = {
     "FP16": np.dtype(np.float16),
     "FP32": np.dtype(np.float32),
     "FP64": np.dtype(np.float64),
+    "BF16": BF16,
     "BYTES": np.dtype(np.object_),
 }
 

@@ -221,7 +221,7 @@ class SharedMemoryRegistry:
             raise invalid(f"Invalid offset + byte size for shared memory region: '{name}'")
         return region
 
-    # --- CUDA shared memory: as Triton built without GPU support answers -----------------------------------------
+    # --- CUDA shared memory: as Triton answers on a host without a GPU -----------------------------------------
 
     def cuda_status(self, name: str = "") -> list[dict[str, Any]]:
         if not name:
@@ -231,9 +231,12 @@ class SharedMemoryRegistry:
                             "memory")
         raise not_found(f"Unable to find cuda shared memory region: '{name}'")
 
-    @staticmethod
-    def cuda_register(name: str) -> None:
-        raise invalid(f"failed to register CUDA shared memory region: '{name}', GPUs not supported")
+    def cuda_register(self, name: str) -> None:
+        """Triton's GPU build on a host without one: the CUDA IPC handle can't be opened (clients and Triton's
+        QA tests match these words)."""
+        if name in self.regions:
+            raise InferError(f"shared memory region '{name}' already in manager", Code.ALREADY_EXISTS)
+        raise invalid("failed to register shared memory region: invalid args")
 
 
 class SharedMemoryUse:

@@ -93,11 +93,14 @@ def reshaped(array: np.ndarray, shape: list[int], name: str, request: InferReque
         raise bad_shape(name, shape, request, model_name) from None
 
 
-def classify(array: np.ndarray, k: int, labels: list[str] | None) -> np.ndarray:
-    """Triton's classification extension: the top ``k`` entries per batch row as ``value:index[:label]``."""
+def classify(array: np.ndarray, k: int, labels: list[str] | None, batching: bool = True) -> np.ndarray:
+    """Triton's classification extension: the top ``k`` entries as ``value:index[:label]``, per batch row when
+    the model batches (``batching``: its max_batch_size > 0), else over the whole tensor, as Triton's front
+    ends split it."""
     if array.dtype == _OBJECT:
         raise invalid("classification is not supported for BYTES outputs")
-    rows = array.reshape(array.shape[0], -1) if array.ndim > 1 else array.reshape(1, -1)
+    batched = batching and array.ndim > 0
+    rows = array.reshape(array.shape[0], -1) if batched else array.reshape(1, -1)
     k = min(k, rows.shape[1])
     out = np.empty((rows.shape[0], k), dtype=np.object_)
     for r, row in enumerate(rows):
@@ -107,4 +110,4 @@ def classify(array: np.ndarray, k: int, labels: list[str] | None) -> np.ndarray:
             text = f"{float(value):f}" if row.dtype.kind == "f" else str(value)
             label = labels[idx] if labels and idx < len(labels) else None
             out[r, j] = (f"{text}:{idx}:{label}" if label else f"{text}:{idx}").encode()
-    return out if array.ndim > 1 else out.reshape(k)
+    return out if batched else out.reshape(k)

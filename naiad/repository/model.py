@@ -74,7 +74,7 @@ class ModelVersion:
         # Both the server (--cache-config) and the model (response_cache.enable) must ask for the cache.
         self.cache = cache if config.response_cache.enable else None
         self.platform = config.platform or config.backend
-        batching = config.max_batch_size > 0
+        self.batching = batching = config.max_batch_size > 0
         self.inputs_metadata = _io_metadata(config.input, batching)
         self.outputs_metadata = _io_metadata(config.output, batching)
         self.load_seconds = 0.0

@@ -174,7 +174,8 @@ def test_cuda_answers(registry: SharedMemoryRegistry, segment: object) -> None:
     _raises(lambda: registry.cuda_status("r"), Code.NOT_FOUND,
             "The region named 'r' is registered as system shared memory, not CUDA shared memory")
     _raises(lambda: registry.cuda_register("x"), Code.INVALID_ARG,
-            "failed to register CUDA shared memory region: 'x', GPUs not supported")
+            "failed to register shared memory region: invalid args")
+    _raises(lambda: registry.cuda_register("r"), Code.ALREADY_EXISTS, "shared memory region 'r' already in manager")
 
 
 def test_no_registry_means_no_region() -> None:

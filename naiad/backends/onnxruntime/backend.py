@@ -5,6 +5,7 @@ the graph. Each instance owns a session and a thread (see ``naiad.backends.threa
 
 from __future__ import annotations
 
+import ctypes
 import logging
 from pathlib import Path
 from typing import Any
@@ -16,7 +17,7 @@ from naiad.backends.base import Backend, LoadedVersion, VersionContext
 from naiad.backends.onnxruntime import session as sessions
 from naiad.backends.threaded import ThreadedInstance
 from naiad.config import ModelConfig, pb
-from naiad.core.datatypes import dims_str
+from naiad.core.datatypes import BF16, dims_str
 from naiad.core.errors import invalid
 
 log = logging.getLogger("naiad.backends.onnxruntime")
@@ -206,6 +207,9 @@ class OnnxVersion(LoadedVersion):
             raise
 
 
+_ONNX_BFLOAT16 = 16  # onnx.TensorProto.BFLOAT16 (onnx itself is not needed at run time)
+
+
 class OnnxInstance(ThreadedInstance):
     def __init__(self, name: str, ctx: VersionContext, session: ort.InferenceSession) -> None:
         super().__init__(name, ctx.name, ctx.version, ctx.config)
@@ -213,8 +217,11 @@ class OnnxInstance(ThreadedInstance):
         self._run_options = sessions.run_options(ctx.config)
         self._string_inputs = {io.name for io in ctx.config.input if io.data_type == pb.TYPE_STRING}
         self._string_outputs = {io.name for io in ctx.config.output if io.data_type == pb.TYPE_STRING}
+        self._bf16 = any(io.data_type == pb.TYPE_BF16 for io in (*ctx.config.input, *ctx.config.output))
 
     def run(self, inputs: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+        if self._bf16:
+            return self._run_bf16(inputs)
         if self._string_inputs:
             inputs = {n: _to_ort_strings(n, a) if n in self._string_inputs else a for n, a in inputs.items()}
         try:
@@ -224,6 +231,31 @@ class OnnxInstance(ThreadedInstance):
         outputs = dict(zip(self.output_names, results))
         for name in self._string_outputs:
             outputs[name] = _from_ort_strings(outputs[name])
+        return outputs
+
+    def _run_bf16(self, inputs: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+        """onnxruntime's NumPy binding knows no bfloat16: such tensors go in as OrtValues over their 2-byte
+        words and come out copied from the output's buffer."""
+        try:
+            values = {n: ort.OrtValue.ortvalue_from_numpy_with_onnx_type(
+                          np.ascontiguousarray(a).view(np.uint16), _ONNX_BFLOAT16)
+                      if a.dtype == BF16 else ort.OrtValue.ortvalue_from_numpy(np.ascontiguousarray(a))
+                      for n, a in inputs.items()}
+            results = self.session.run_with_ort_values(self.output_names, values, self._run_options)
+        except Exception as exc:
+            raise sessions.ort_error(exc) from None
+        outputs = {}
+        for name, value in zip(self.output_names, results):
+            if value.data_type() == "tensor(bfloat16)":
+                shape = value.shape()
+                count = int(np.prod(shape, dtype=np.int64))
+                if not count:
+                    outputs[name] = np.empty(shape, BF16)
+                    continue
+                words = (ctypes.c_uint16 * count).from_address(value.data_ptr())
+                outputs[name] = np.ctypeslib.as_array(words).copy().view(BF16).reshape(shape)
+            else:
+                outputs[name] = value.numpy()
         return outputs
 
     def finalize(self) -> None:

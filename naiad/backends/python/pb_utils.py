@@ -13,7 +13,7 @@ from typing import Any
 
 import numpy as np
 
-from naiad.core.datatypes import deserialize_bytes, numpy_to_wire, serialize_bytes
+from naiad.core.datatypes import BF16, deserialize_bytes, numpy_to_wire, serialize_bytes
 
 TRITONSERVER_REQUEST_FLAG_SEQUENCE_START = 1
 TRITONSERVER_REQUEST_FLAG_SEQUENCE_END = 2
@@ -23,11 +23,11 @@ TRITONSERVER_REQUEST_RELEASE_RESCHEDULE = 2
 
 # Config enum order (model_config.proto DataType), as the numeric helpers use it.
 _TYPE_ORDER = ["BOOL", "UINT8", "UINT16", "UINT32", "UINT64", "INT8", "INT16", "INT32", "INT64", "FP16", "FP32",
-               "FP64", "BYTES"]
+               "FP64", "BYTES", "BF16"]
 _NUMPY_BY_NAME: dict[str, type] = {
     "BOOL": np.bool_, "UINT8": np.uint8, "UINT16": np.uint16, "UINT32": np.uint32, "UINT64": np.uint64,
     "INT8": np.int8, "INT16": np.int16, "INT32": np.int32, "INT64": np.int64, "FP16": np.float16,
-    "FP32": np.float32, "FP64": np.float64, "BYTES": np.object_,
+    "FP32": np.float32, "FP64": np.float64, "BYTES": np.object_, "BF16": BF16.type,  # ml_dtypes.bfloat16
 }
 TRITON_STRING_TO_NUMPY: dict[str, type] = {f"TYPE_{w}": t for w, t in _NUMPY_BY_NAME.items() if w != "BYTES"}
 TRITON_STRING_TO_NUMPY["TYPE_STRING"] = np.object_

@@ -26,7 +26,7 @@ import numpy as np
 from naiad.backends.python import messages as M
 from naiad.backends.python.messages import MARSHAL, Block, Codec, Kind, Tensor, reads
 from naiad.backends.python.shm import Arena, SegmentMap
-from naiad.core.datatypes import deserialize_bytes, serialize_bytes
+from naiad.core.datatypes import BF16, BF16_CODES, deserialize_bytes, serialize_bytes
 
 INLINE_TENSOR = 16 * 1024  # bytes; larger tensors go through shared memory
 MAX_MESSAGE = 64 * 1024  # larger messages (long tracebacks, many tensors) are parked in the arena
@@ -41,7 +41,8 @@ class _Dtypes(dict):
     """NumPy dtypes by type string, made once each (a subscript, no call, on the hot path)."""
 
     def __missing__(self, code: str) -> np.dtype:
-        dtype = self[code] = np.dtype(code)
+        # bfloat16's type string is a bare 2-byte void, which np.dtype would make a void type.
+        dtype = self[code] = BF16 if code in BF16_CODES else np.dtype(code)
         return dtype
 
 

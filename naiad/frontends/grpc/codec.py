@@ -258,8 +258,8 @@ def _apply_parameters(request: InferRequest, parameters: Any) -> OutputOptions:
 _OutputTensor = pb.ModelInferResponse.InferOutputTensor
 
 
-def encode_response(response: InferResponse, options: OutputOptions, labels: dict[str, list[str]] | None
-                    ) -> pb.ModelInferResponse:
+def encode_response(response: InferResponse, options: OutputOptions, labels: dict[str, list[str]] | None,
+                    batching: bool = True) -> pb.ModelInferResponse:
     """A successful response: every output's bytes in ``raw_output_contents``, in the model's output order."""
     tensors = []
     raw = []
@@ -269,7 +269,7 @@ def encode_response(response: InferResponse, options: OutputOptions, labels: dic
         if classification:
             k = classification.get(name)
             if k:
-                array = classify(array, k, (labels or {}).get(name))
+                array = classify(array, k, (labels or {}).get(name), batching)
         if shm is not None and name in shm.outputs:
             shm.write(name, array)  # described, with empty contents, as Triton answers
             datatype = "BYTES" if array.dtype == _OBJECT else _WIRE_BY_DTYPE[array.dtype.newbyteorder("=")]
@@ -307,12 +307,12 @@ def set_parameters(target: Any, parameters: dict[str, Any]) -> None:
 
 
 def stream_response(response: InferResponse, options: OutputOptions, labels: dict[str, list[str]] | None,
-                    message: pb.ModelInferRequest) -> pb.ModelStreamInferResponse:
+                    message: pb.ModelInferRequest, batching: bool = True) -> pb.ModelStreamInferResponse:
     """One response on ModelStreamInfer: outputs or ``error_message``, always with ``triton_final_response``."""
     error = response.error
     if error is None:
         try:
-            infer = encode_response(response, options, labels)
+            infer = encode_response(response, options, labels, batching)
         except InferError as exc:
             error = exc
         else:

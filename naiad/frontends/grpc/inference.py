@@ -79,7 +79,7 @@ class Inference:
         """The model's answer as the RPC's message (raises ``InferError``)."""
         if response.error is not None:
             raise response.error
-        return encode_response(response, options, model.labels if options.classification else None)
+        return encode_response(response, options, model.labels if options.classification else None, model.batching)
 
     async def ModelInfer(self, message: pb.ModelInferRequest, context: Any) -> pb.ModelInferResponse | None:
         try:
@@ -186,7 +186,7 @@ class _Stream:
                     if options.enable_empty_final:
                         self._emit(stream_empty_final(message), slot)
                     continue
-                self._emit(stream_response(response, options, labels, message), slot)
+                self._emit(stream_response(response, options, labels, message, model.batching), slot)
         except InferError as exc:
             # Refused when queued (e.g. the model's signature check): answered like a decode error.
             self._emit(stream_error(exc, message), slot)

@@ -13,7 +13,7 @@ from typing import Any
 import numpy as np
 import orjson
 
-from naiad.core.datatypes import WIRE_TO_NUMPY, element_count, serialize_bytes
+from naiad.core.datatypes import BF16, WIRE_TO_NUMPY, element_count, serialize_bytes
 from naiad.core.errors import internal, invalid
 from naiad.core.request import InferRequest, InferResponse, log_prefix as _log
 from naiad.core.shared_memory import SharedMemoryRegistry, SharedMemoryUse
@@ -60,11 +60,13 @@ def decode_request(
             raise invalid(f"inference header size should be in range (0, {len(body)}), got: {header_length}")
         if header_length == 0:
             request.raw_input = bytes(body)
+            options.binary_default = True  # Triton answers a raw request in binary (EVBufferToRawInput)
             return request, options
         view = memoryview(body)
         header, tail = view[:header_length], view[header_length:]
     if not header:
         request.raw_input = b""
+        options.binary_default = True
         return request, options
     doc = _parse_json(header)
     if not isinstance(doc, dict):
@@ -249,9 +251,9 @@ def _parse_input(item: Any, tail: bytes | memoryview, offset: int, model_name: s
     if "data" in item:
         if params:
             _shm_parameters(params)  # Triton parses them beside 'data' too
-        if datatype == "FP16":
-            raise invalid(f"receiving FP16 data via JSON is not supported. Please use the binary data format for "
-                          f"input {name}")
+        if datatype == "FP16" or datatype == "BF16":
+            raise invalid(f"receiving {datatype} data via JSON is not supported. Please use the binary data "
+                          f"format for input {name}")
         return name, datatype, dtype, shape, item["data"], 0
     if "shared_memory_region" in params:
         region, shm_offset, shm_size = _shm_parameters(params)
@@ -355,9 +357,10 @@ def _from_json(data: Any, dtype: np.dtype, count: int) -> np.ndarray:
     return array
 
 
-def encode_response(response: InferResponse, options: OutputOptions, labels: dict[str, list[str]] | None = None
-                    ) -> tuple[bytes, list[bytes | memoryview], int | None]:
-    """The JSON header, the binary chunks that follow it, and the header length (None when all JSON)."""
+def encode_response(response: InferResponse, options: OutputOptions, labels: dict[str, list[str]] | None = None,
+                    batching: bool = True) -> tuple[bytes, list[bytes | memoryview], int | None]:
+    """The JSON header, the binary chunks that follow it, and the header length (None when all JSON).
+    ``batching``: the model's max_batch_size > 0 (classification then ranks each batch row)."""
     doc: dict[str, Any] = {"model_name": response.model_name, "model_version": response.model_version}
     if response.id:
         doc["id"] = response.id
@@ -372,7 +375,7 @@ def encode_response(response: InferResponse, options: OutputOptions, labels: dic
     for name, array in response.outputs.items():
         k = options.classification.get(name)
         if k:
-            array = classify(array, k, (labels or {}).get(name))
+            array = classify(array, k, (labels or {}).get(name), batching)
         datatype = "BYTES" if array.dtype == _OBJECT else _wire_name(array.dtype)
         entry: dict[str, Any] = {"name": name, "datatype": datatype, "shape": list(array.shape)}
         if shm is not None and name in shm.outputs:
@@ -383,8 +386,9 @@ def encode_response(response: InferResponse, options: OutputOptions, labels: dic
             chunks.append(raw)
         elif datatype == "BYTES":
             entry["data"] = [_to_str(v) for v in array.ravel()]
-        elif datatype == "FP16":
-            raise invalid("sending FP16 data via JSON is not supported. Please use the binary data format for output")
+        elif datatype == "FP16" or datatype == "BF16":
+            raise invalid(f"sending {datatype} data via JSON is not supported. Please use the binary data format "
+                          "for output")
         else:
             # FP32 goes out through double, as Triton prints it: a JSON reader sees Triton's exact value.
             data = _contiguous_array(array.astype(np.float64) if datatype == "FP32" else array)
@@ -423,7 +427,10 @@ def _contiguous_array(array: np.ndarray) -> np.ndarray:
 
 
 def _contiguous(array: np.ndarray) -> memoryview:
-    return memoryview(np.ascontiguousarray(array)).cast("B")  # type: ignore[arg-type]  # numpy arrays are buffers
+    array = np.ascontiguousarray(array)
+    if array.dtype == BF16:
+        array = array.view(np.uint16)  # the buffer protocol has no format for bfloat16; the bytes are the same
+    return memoryview(array).cast("B")  # type: ignore[arg-type]  # numpy arrays are buffers
 
 
 def _to_str(value: Any) -> str:

@@ -1,7 +1,9 @@
 """Triton's generate extension: ``POST /v2/models/<m>/generate`` and ``/generate_stream`` (server-sent
-events). The body is a flat JSON object: each key names a model input (its datatype and shape come from
-the model's config; a scalar is one element, a list its elements), ``id`` and ``parameters`` steer the
-request. Each response is a flat JSON object of the outputs, single elements as scalars.
+events), as Triton's HTTP server (``GenerateRequestClass``) maps it. The body is a flat JSON object: a key that
+names a model input becomes that input, shaped from the model's metadata (batch dimension included); any other
+key becomes a request parameter, and so do those of a ``parameters`` object (whose keys may name inputs too).
+``id`` is the request's id (and, as in Triton, a parameter as well). Each response is a flat JSON object of the
+outputs, single elements as scalars.
 """
 
 from __future__ import annotations
@@ -11,12 +13,11 @@ from typing import Any
 import numpy as np
 import orjson
 
-from naiad.config import pb
-from naiad.core.datatypes import CONFIG_TO_WIRE, WIRE_TO_NUMPY
-from naiad.core.errors import invalid
+from naiad.core.datatypes import WIRE_TO_NUMPY
+from naiad.core.errors import internal, invalid
 from naiad.core.request import InferRequest, InferResponse
 
-_STEERING = frozenset(("id", "parameters"))
+_NESTED = "parameters"  # Triton's one nested mapping schema
 
 
 def decode_generate(body: bytes | bytearray, model: Any, name: str, version: str) -> InferRequest:
@@ -26,42 +27,84 @@ def decode_generate(body: bytes | bytearray, model: Any, name: str, version: str
         raise invalid(f"failed to parse the request JSON buffer: {exc}") from None
     if not isinstance(doc, dict):
         raise invalid("the generate request body must be a JSON object")
-    request = InferRequest(name, version, str(doc.get("id", "")))
-    parameters = doc.get("parameters")
-    if parameters is not None:
-        if not isinstance(parameters, dict):
-            raise invalid("'parameters' of a generate request must be a JSON object")
-        request.parameters = dict(parameters)
-    configs = {io.name: io for io in model.config.input}
-    batching = model.config.max_batch_size > 0
-    for key, value in doc.items():
-        if key in _STEERING:
-            continue
-        io = configs.get(key)
-        if io is None:
-            raise invalid(f"unexpected inference input '{key}' for model '{name}'")
-        wire = CONFIG_TO_WIRE.get(pb.DataType.Name(io.data_type), "")
-        request.inputs[key] = _tensor(key, value, wire, batching)
+    request = InferRequest(name, version)
+    if "id" in doc:
+        request_id = doc["id"]
+        if not isinstance(request_id, str):
+            raise internal("Unable to parse 'id': attempt to access JSON non-string as string")
+        request.id = request_id
+    inputs = {meta["name"]: meta for meta in model.inputs_metadata}
+    _convert(doc, inputs, request, nested=True)
     return request
 
 
-def _tensor(name: str, value: Any, wire: str, batching: bool) -> np.ndarray:
+def _convert(doc: dict[str, Any], inputs: dict[str, dict[str, Any]], request: InferRequest, nested: bool) -> None:
+    for key, value in doc.items():
+        if nested and key == _NESTED:
+            if key in inputs:
+                raise invalid(f"Keyword '{key}' for nested schema also given as input tensor name")
+            if not isinstance(value, dict):
+                raise internal(f"Expected JSON object for keyword: '{key}': attempt to access JSON non-object as "
+                               "object")
+            _convert(value, inputs, request, nested=False)
+        elif key in inputs:
+            request.inputs[key] = _tensor(key, value, inputs[key])
+        else:
+            request.parameters[key] = _parameter(key, value)
+
+
+def _parameter(key: str, value: Any) -> Any:
+    if isinstance(value, (str, int, float)):  # bool is an int
+        return value
+    raise invalid(f"parameter '{key}' has invalid type. It should be either 'int', 'bool', or 'string'.")
+
+
+def _tensor(name: str, value: Any, meta: dict[str, Any]) -> np.ndarray:
+    """One input from a JSON scalar or 1-D array, shaped as Triton does: the fixed dimensions of the model's
+    metadata shape take what they need from the end, the innermost variable one the rest, others 1."""
+    wire = meta["datatype"]
     items = value if isinstance(value, list) else [value]
+    count = len(items)
     try:
         if wire == "BYTES":
-            array = np.empty(len(items), dtype=np.object_)
-            array[:] = [i.encode() if isinstance(i, str) else orjson.dumps(i) for i in items]
+            if not all(isinstance(i, str) for i in items):
+                raise internal(f"Unable to parse 'data' of input '{name}': attempt to access JSON non-string as "
+                               "string")
+            array = np.empty(count, dtype=np.object_)
+            array[:] = [i.encode() for i in items]
         else:
-            array = np.array(items, dtype=WIRE_TO_NUMPY[wire])
-    except (TypeError, ValueError, KeyError, OverflowError) as exc:
+            dtype = WIRE_TO_NUMPY.get(wire)
+            if dtype is None:
+                raise invalid(f"input '{name}' has unsupported datatype {wire}")
+            array = np.array(items, dtype=dtype)
+    except (TypeError, ValueError, OverflowError) as exc:
         raise invalid(f"unable to convert input '{name}' to {wire}: {exc}") from None
-    return array.reshape((1, *array.shape)) if batching else array
+    if array.ndim != 1:
+        raise invalid(f"The schema can not convert input '{name}' to tensor with proper shape")
+    shape = list(meta["shape"])
+    remaining = count
+    for i in range(len(shape) - 1, -1, -1):
+        d = shape[i]
+        if d != -1:
+            if d == 0 or remaining % d:
+                raise invalid(f"The schema can not convert input '{name}' to tensor with proper shape")
+            remaining //= d
+    for i in range(len(shape) - 1, -1, -1):
+        if shape[i] == -1:
+            shape[i] = remaining
+            remaining = 1
+    if remaining != 1:
+        raise invalid(f"The schema can not convert input '{name}' to tensor with proper shape")
+    return array.reshape(shape)
 
 
 def encode_generate(response: InferResponse) -> bytes:
     doc: dict[str, Any] = {"model_name": response.model_name, "model_version": response.model_version}
     if response.id:
         doc["id"] = response.id
+    for key, value in (response.parameters or {}).items():  # as Triton: response parameters are keys too
+        if isinstance(value, (str, int, float)):
+            doc[key] = value
     for name, array in response.outputs.items():
         doc[name] = _value(array)
     return orjson.dumps(doc)

@@ -124,6 +124,10 @@ class HttpProtocol(asyncio.Protocol):
         self.loop = loop  # the running loop unless given (tests give a clock they drive)
         self.transport: asyncio.Transport | None = None
         self.parser = httptools.HttpRequestParser(self)
+        # Content-Length beside Transfer-Encoding: chunked is framed by the chunks (RFC 9112 §6.3), as Triton's
+        # clients need; the connection then closes after the answer, so nothing can be smuggled behind it.
+        self.parser.set_dangerous_leniencies(lenient_chunked_length=True)
+        self.framed_twice = False
         self.url = b""
         self.headers: dict[bytes, bytes] = {}
         self.body: bytearray = bytearray()
@@ -261,6 +265,7 @@ class HttpProtocol(asyncio.Protocol):
         self.headers = {}
         self.body = bytearray()
         self.head_size = self.header_count = 0
+        self.framed_twice = False
         self.phase = HEAD
         self.since = self.now
 
@@ -285,11 +290,13 @@ class HttpProtocol(asyncio.Protocol):
         self.since = self.now
         self.first_deadline = INF
         length = self.headers.get(b"content-length")
-        if length is not None and length.isdigit() and int(length) > self.max_body:
+        if length is not None and b"transfer-encoding" in self.headers:
+            self.framed_twice = True  # the chunks frame the body; the body limit still holds in on_body
+        elif length is not None and length.isdigit() and int(length) > self.max_body:
             # Refused before a byte of the body is read (nor a 100 Continue sent); the connection then closes,
             # as the unread body leaves it out of step.
             raise _Refusal(413, self._body_size_message(int(length)))
-        if (self.headers.get(b"expect", b"").lower() == b"100-continue" and self.transport is not None
+        elif (self.headers.get(b"expect", b"").lower() == b"100-continue" and self.transport is not None
                 and not self.slots and not self.parked):  # never ahead of earlier answers
             self.transport.write(b"HTTP/1.1 100 Continue\r\n\r\n")
 
@@ -305,11 +312,14 @@ class HttpProtocol(asyncio.Protocol):
         if self.ending:
             return
         parser = self.parser
+        keep_alive = parser.should_keep_alive() and not self.framed_twice
         if self.parked or len(self.slots) >= self.depth or self.write_paused or self.held >= self.mark:
-            self.parked.append((parser.get_method(), self.url, self.headers, self.body, parser.should_keep_alive()))
+            self.parked.append((parser.get_method(), self.url, self.headers, self.body, keep_alive))
             self._pause_reading()
-            return
-        self._dispatch(parser.get_method(), self.url, self.headers, self.body, parser.should_keep_alive())
+        else:
+            self._dispatch(parser.get_method(), self.url, self.headers, self.body, keep_alive)
+        if self.framed_twice:
+            self._end(None)  # read nothing more on this connection: close once this answer is out
 
     # --- requests ------------------------------------------------------------------------------------------------
 
@@ -453,7 +463,8 @@ class HttpProtocol(asyncio.Protocol):
     async def _stream(self, slot: _Slot, streamed: Streamed) -> None:
         """A chunked reply written as its parts arrive (server-sent events); no part is pulled while the
         client isn't reading."""
-        head = [b"HTTP/1.1 200 OK\r\nContent-Type: %s\r\nTransfer-Encoding: chunked\r\n" % streamed.content_type]
+        head = [b"HTTP/1.1 %d %s\r\nContent-Type: %s\r\nTransfer-Encoding: chunked\r\n" % (
+            streamed.status, _REASONS.get(streamed.status, b"Unknown"), streamed.content_type)]
         for name, value in streamed.headers or ():
             head.append(b"%s: %s\r\n" % (name, value))
         if not slot.keep_alive:

@@ -29,6 +29,7 @@ from naiad.service import Service
 
 JSON = b"application/json"
 OCTET = b"application/octet-stream"
+SSE = b"text/event-stream; charset=utf-8"  # Triton's generate_stream content type
 
 
 class Reply:
@@ -53,13 +54,14 @@ class Deferred:
 class Streamed:
     """A reply sent in parts as ``chunks`` yields them (chunked transfer encoding)."""
 
-    __slots__ = ("chunks", "content_type", "headers")
+    __slots__ = ("chunks", "content_type", "headers", "status")
 
     def __init__(self, chunks: AsyncIterator[bytes], content_type: bytes = b"text/event-stream",
-                 headers: list[tuple[bytes, bytes]] | None = None) -> None:
+                 headers: list[tuple[bytes, bytes]] | None = None, status: int = 200) -> None:
         self.chunks = chunks
         self.content_type = content_type
         self.headers = headers
+        self.status = status
 
 
 def json_reply(value: Any, status: int = 200) -> Reply:
@@ -229,7 +231,7 @@ class Router:
             return error_reply(response.error)
         labels = model.labels if options.classification else None
         try:
-            header, chunks, header_length = encode_response(response, options, labels)
+            header, chunks, header_length = encode_response(response, options, labels, model.batching)
         except InferError as exc:
             return error_reply(exc)
         if header_length is None:
@@ -239,25 +241,46 @@ class Router:
                           [(b"Inference-Header-Content-Length", str(header_length).encode())])
         return compress(reply, accept) if accept else reply
 
-    def generate(self, name: str, version: str, body: bytes | bytearray, stream: bool) -> Deferred | Streamed:
+    def generate(self, name: str, version: str, body: bytes | bytearray, stream: bool) -> Deferred:
         model = self.service.model(name, version)
         request = decode_generate(body, model, name, version)
         if stream:
-            return Streamed(self._generate_events(request, model))
+            return Deferred(asyncio.ensure_future(self._generate_stream(request, model)), lambda f: f.result())
         if not model.decoupled:
             return Deferred(self.service.infer(request, model), lambda f: _generate_reply(f.result()))
         return Deferred(asyncio.ensure_future(self._generate_one(request, model)), lambda f: f.result())
 
-    async def _generate_events(self, request: InferRequest, model: ModelVersion) -> AsyncIterator[bytes]:
+    async def _generate_stream(self, request: InferRequest, model: ModelVersion) -> Reply | Streamed:
+        """As Triton: a request refused before inference is a plain JSON error; otherwise the first response
+        sets the status (an error one included) and starts the event stream."""
+        responses = self.service.stream(request, model)
         try:
-            async for response in self.service.stream(request, model):
+            first = await responses.__anext__()
+        except InferError as exc:
+            return error_reply(exc)
+        except StopAsyncIteration:
+            first = None
+        status = first.error.http_status if first is not None and first.error is not None else 200
+        return Streamed(self._generate_events(first, responses), SSE, status=status)
+
+    @staticmethod
+    async def _generate_events(first: InferResponse | None, responses: AsyncIterator[InferResponse]
+                               ) -> AsyncIterator[bytes]:
+        response = first
+        try:
+            while response is not None:
                 if response.error is not None:
                     yield sse_error(response.error.message)
                     return
                 if response.outputs or not response.final:
                     yield sse_event(encode_generate(response))
+                response = await responses.__anext__()
+        except StopAsyncIteration:
+            pass
         except InferError as exc:
             yield sse_error(exc.message)
+        finally:
+            await responses.aclose()  # type: ignore[attr-defined]  # an async generator: tells the model on early exit
 
     async def _generate_one(self, request: InferRequest, model: ModelVersion) -> Reply:
         """``generate`` on a decoupled model: it must answer with exactly one response (plus, maybe, an empty
@@ -273,8 +296,8 @@ class Router:
             return error_reply(exc)
         if len(answers) != 1:
             return error_reply(InferError(
-                f"generate expects exactly one response from model '{model.name}', got {len(answers)}; use "
-                "generate_stream", Code.UNSUPPORTED))
+                "generate expects model to produce exactly 1 response, use generate stream for model that "
+                "generates various number of responses", Code.INTERNAL))
         return _generate_reply(answers[0])
 
     def _repository(self, method: bytes, rest: list[str], headers: dict[bytes, bytes], body: bytes | bytearray

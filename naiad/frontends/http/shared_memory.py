@@ -6,6 +6,8 @@ the others POSTs. Registering takes ``{"key", "offset", "byte_size"}``.
 
 from __future__ import annotations
 
+import base64
+import binascii
 from typing import Any
 
 import orjson
@@ -15,6 +17,7 @@ from naiad.core.shared_memory import SharedMemoryRegistry
 from naiad.frontends.http.routes import Reply, _method_not_allowed, _not_found, json_reply
 
 _ACTIONS = ("status", "register", "unregister")
+_CUDA_IPC_HANDLE_SIZE = 64  # sizeof(cudaIpcMemHandle_t)
 
 
 def route(registry: SharedMemoryRegistry, method: bytes, parts: list[str], body: bytes | bytearray) -> Reply:
@@ -38,6 +41,7 @@ def route(registry: SharedMemoryRegistry, method: bytes, parts: list[str], body:
             kind = "cuda" if cuda else "system"
             raise invalid(f"'region name' is necessary to register {kind} shared memory region")
         if cuda:
+            _cuda_register_request(body)
             registry.cuda_register(name)
         key, offset, byte_size = _register_request(body)
         registry.register(name, key, offset, byte_size)
@@ -46,14 +50,18 @@ def route(registry: SharedMemoryRegistry, method: bytes, parts: list[str], body:
     return Reply(200)
 
 
-def _register_request(body: bytes | bytearray) -> tuple[str, int, int]:
-    """The register body's fields, refused with Triton's (rapidjson's) words."""
+def _json(body: bytes | bytearray) -> Any:
     if not body:
         raise internal("failed to parse the request JSON buffer: The document is empty. at 0")
     try:
-        doc: Any = orjson.loads(body)
+        return orjson.loads(body)
     except orjson.JSONDecodeError as exc:
         raise internal(f"failed to parse the request JSON buffer: {exc}") from None
+
+
+def _register_request(body: bytes | bytearray) -> tuple[str, int, int]:
+    """The register body's fields, refused with Triton's (rapidjson's) words."""
+    doc = _json(body)
     if not isinstance(doc, dict) or "key" not in doc:
         raise invalid("Shared memory register request has no 'key' field")
     key = doc["key"]
@@ -63,6 +71,29 @@ def _register_request(body: bytes | bytearray) -> tuple[str, int, int]:
     if "byte_size" not in doc:
         raise invalid("Shared memory register request has no 'byte_size' field")
     return key, offset, _unsigned(doc["byte_size"])
+
+
+def _cuda_register_request(body: bytes | bytearray) -> None:
+    """The CUDA register body checked as Triton's GPU build reads it: ``raw_handle.b64`` must decode to a
+    64-byte ``cudaIpcMemHandle_t``; ``byte_size`` and ``device_id`` are unsigned."""
+    doc = _json(body)
+    handle = doc.get("raw_handle") if isinstance(doc, dict) else None
+    if handle is None:
+        raise invalid("Shared memory register request has no 'raw_handle' field")
+    if not isinstance(handle, dict) or "b64" not in handle:
+        raise internal("attempt to access non-existing object member 'b64'")
+    if not isinstance(handle["b64"], str):
+        raise internal("attempt to access JSON non-string as string")
+    for field in ("byte_size", "device_id"):
+        if field not in doc:
+            raise internal(f"attempt to access non-existing object member '{field}'")
+        _unsigned(doc[field])
+    try:
+        raw = base64.b64decode(handle["b64"], validate=False)
+    except (binascii.Error, ValueError):
+        raw = b""
+    if len(raw) != _CUDA_IPC_HANDLE_SIZE:
+        raise invalid("'raw_handle' must be a valid base64 encoded cudaIpcMemHandle_t")
 
 
 def _unsigned(value: Any) -> int:

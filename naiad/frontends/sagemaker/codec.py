@@ -58,10 +58,10 @@ def decode(body: bytes | bytearray, headers: dict[bytes, bytes], model: str) -> 
         raise
 
 
-def encode(response: InferResponse, options: OutputOptions, labels: dict[str, list[str]] | None
-           ) -> tuple[list | bytes, bytes]:
+def encode(response: InferResponse, options: OutputOptions, labels: dict[str, list[str]] | None,
+           batching: bool = True) -> tuple[list | bytes, bytes]:
     """The reply body and its content type: binary outputs make it binary+json with the header's size."""
-    header, chunks, length = encode_response(response, options, labels)
+    header, chunks, length = encode_response(response, options, labels, batching)
     if length is None:
         return header, JSON
     return [header, *chunks], (BINARY_JSON + str(length)).encode()

@@ -141,16 +141,18 @@ class SageMakerRouter:
         except InferError as exc:
             return self._counted(failed(exc))
         self.residency.touch(name)
-        return Deferred(future, lambda f: self._reply(f.result(), options, model.labels, failed, started, submitted))
+        return Deferred(future, lambda f: self._reply(f.result(), options, model.labels, failed, started, submitted,
+                                                      model.batching))
 
     def _reply(self, response: InferResponse, options: OutputOptions, labels: dict[str, list[str]],
-               failed: Any, started: float, submitted: float) -> Reply:
+               failed: Any, started: float, submitted: float, batching: bool = True) -> Reply:
         answered = time.perf_counter()
         if response.error is not None:
             reply = failed(response.error)
         else:
             try:
-                body, content_type = codec.encode(response, options, labels if options.classification else None)
+                body, content_type = codec.encode(response, options, labels if options.classification else None,
+                                                  batching)
                 reply = Reply(200, body, content_type)
             except InferError as exc:
                 reply = failed(exc)

@@ -16,7 +16,7 @@ import asyncio
 import logging
 import re
 import time
-from typing import TYPE_CHECKING, AsyncIterator
+from typing import TYPE_CHECKING, Any, AsyncIterator
 
 import orjson
 
@@ -149,12 +149,18 @@ class RuntimeDoor:
             return self._model_error(sagemaker_error(exc), endpoint)
         if model.decoupled or self.options.inference_type == "generate_stream":
             try:
-                inner = self.router.http.generate(name, "", body, True)
+                started = self.router.http.generate(name, "", body, True)
             except InferError as exc:
                 return self._model_error(sagemaker_error(exc), endpoint)
-            assert isinstance(inner, Streamed)
-            return Streamed(_parts(inner.chunks), eventstream.CONTENT_TYPE,
-                            [*_VARIANT, (b"X-Amzn-SageMaker-Content-Type", inner.content_type)])
+
+            def begin(future: asyncio.Future) -> Any:  # Reply | Streamed: the protocol takes either
+                inner = started.finish(future)  # refused before inference: a JSON error reply
+                if not isinstance(inner, Streamed):
+                    return self._model_error(inner, endpoint)
+                return Streamed(_parts(inner.chunks), eventstream.CONTENT_TYPE,
+                                [*_VARIANT, (b"X-Amzn-SageMaker-Content-Type", inner.content_type)])
+
+            return Deferred(started.future, begin)
         result = self.router.infer(name, headers, body, sagemaker_error)
         if not isinstance(result, Deferred):
             return self._model_error(result, endpoint)

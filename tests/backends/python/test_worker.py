@@ -213,7 +213,9 @@ def test_generate_on_a_decoupled_model_with_one_response(server: RunningServer) 
     status, _, body = _post(server, "/v2/models/repeat/generate", {"IN": [9]})
     assert status == 200 and json.loads(body)["OUT"] == 9
     status, _, body = _post(server, "/v2/models/repeat/generate", {"IN": [1, 2]})
-    assert status == 501 and "exactly one response" in json.loads(body)["error"]
+    assert status == 500 and json.loads(body)["error"] == (  # Triton's words
+        "generate expects model to produce exactly 1 response, use generate stream for model that generates various "
+        "number of responses")
 
 
 def test_generate_on_a_plain_model(server: RunningServer) -> None:
@@ -232,7 +234,7 @@ def test_infer_on_a_decoupled_model_is_refused_like_triton(client: httpclient.In
 
 def test_decoupled_execute_that_raises_ends_the_stream_with_its_error(server: RunningServer) -> None:
     status, _, body = _post(server, "/v2/models/decoupled_raises/generate_stream", {"IN": [1]})
-    assert status == 200
+    assert status == 500  # as Triton: the first response, an error here, sets the stream's status
     events = _events(body)
     assert len(events) == 1 and "decoupled failure on purpose" in events[0]["error"]
 

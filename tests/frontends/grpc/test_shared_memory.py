@@ -247,7 +247,13 @@ def test_cuda_shared_memory_answers_as_triton_without_gpus(client: grpcclient.In
         "StatusCode.NOT_FOUND", "Unable to find cuda shared memory region: 'x'")
     error = _error(lambda: client.register_cuda_shared_memory("x", b"aGFuZGxl", 0, 64))
     assert (error.status(), error.message()) == (
-        "StatusCode.INVALID_ARGUMENT", "failed to register CUDA shared memory region: 'x', GPUs not supported")
+        "StatusCode.INVALID_ARGUMENT", "failed to register shared memory region: invalid args")
+    error = _error(lambda: client.register_cuda_shared_memory("", b"", 0, 0))  # Triton's L0_grpc aio call
+    assert (error.status(), error.message()) == (
+        "StatusCode.INVALID_ARGUMENT", "failed to register shared memory region: invalid args")
+    error = _error(lambda: client.register_cuda_shared_memory("r", b"aGFuZGxl", 0, 64))
+    assert (error.status(), error.message()) == (
+        "StatusCode.ALREADY_EXISTS", "shared memory region 'r' already in manager")
     client.unregister_cuda_shared_memory()
     client.unregister_cuda_shared_memory("r")  # leaves the system region alone
     assert "r" in client.get_system_shared_memory_status().regions

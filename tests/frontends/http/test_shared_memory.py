@@ -4,6 +4,7 @@ answers (codes and words, checked against the real server) to what it refuses, a
 
 from __future__ import annotations
 
+import base64
 import json
 import threading
 from collections.abc import Iterator
@@ -241,9 +242,22 @@ def test_cuda_shared_memory_answers_as_triton_without_gpus(server: RunningServer
         404, {"error": "Unable to find cuda shared memory region: 'x'"})
     assert _call(server, "GET", f"{CUDA}/region/r/status") == (
         404, {"error": "The region named 'r' is registered as system shared memory, not CUDA shared memory"})
+    handle = base64.b64encode(bytes(64)).decode()  # a cudaIpcMemHandle_t's size: no GPU can open it here
+    assert _call(server, "POST", f"{CUDA}/region/x/register", {"raw_handle": {"b64": handle}, "device_id": 0,
+                                                                "byte_size": 64}) == (
+        400, {"error": "failed to register shared memory region: invalid args"})
+    # tritonclient.http's own call, whose error clients match on as Triton's QA tests do.
+    client = httpclient.InferenceServerClient(server.url)
+    with pytest.raises(InferenceServerException, match="failed to register shared memory region.*invalid args"):
+        client.register_cuda_shared_memory("x", handle.encode(), 0, 64)  # cudashm.get_raw_handle's base64
     assert _call(server, "POST", f"{CUDA}/region/x/register", {"raw_handle": {"b64": "aGFuZGxl"}, "device_id": 0,
                                                                 "byte_size": 64}) == (
-        400, {"error": "failed to register CUDA shared memory region: 'x', GPUs not supported"})
+        400, {"error": "'raw_handle' must be a valid base64 encoded cudaIpcMemHandle_t"})
+    assert _call(server, "POST", f"{CUDA}/region/x/register", {"device_id": 0, "byte_size": 64}) == (
+        400, {"error": "Shared memory register request has no 'raw_handle' field"})
+    assert _call(server, "POST", f"{CUDA}/region/r/register", {"raw_handle": {"b64": handle}, "device_id": 0,
+                                                                "byte_size": 64}) == (
+        400, {"error": "shared memory region 'r' already in manager"})
     assert _call(server, "POST", f"{CUDA}/register", "") == (
         400, {"error": "'region name' is necessary to register cuda shared memory region"})
     assert _call(server, "POST", f"{CUDA}/unregister") == (200, None)

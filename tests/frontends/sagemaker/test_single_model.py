@@ -112,7 +112,11 @@ def test_raw_body_to_a_single_input_model() -> None:
         status, headers, reply = running.sagemaker("POST", "/invocations", data.tobytes(),
                                                    {"Content-Type": f"{BINARY_JSON}0"})
         assert status == 200, reply
-        assert json.loads(reply)["outputs"][0]["data"] == [1, -2, 3]
+        # As Triton's golden sme_raw_bytes answers: a raw request is answered in binary.
+        assert headers["content-type"].startswith(BINARY_JSON)
+        length = int(headers["content-type"][len(BINARY_JSON):])
+        assert json.loads(reply[:length])["outputs"][0]["parameters"] == {"binary_data_size": 3}
+        assert np.frombuffer(reply[length:], dtype=np.int8).tolist() == [1, -2, 3]
     finally:
         running.stop()
 
