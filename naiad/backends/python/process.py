@@ -52,6 +52,7 @@ class WorkerSpec:
     python: str = sys.executable
     env: dict[str, str] = field(default_factory=dict)  # extra environment (execution environments)
     python_path: list[str] = field(default_factory=lambda: [NAIAD_ROOT])
+    iterative: bool = False  # sequence_batching.iterative_sequence: the worker reports rescheduled requests
 
 
 def _describe_exit(code: int | None) -> str:
@@ -118,6 +119,7 @@ class WorkerProcess:
             "model_name": spec.model_name, "model_version": spec.model_version, "instance_name": spec.instance_name,
             "model_file": spec.model_file, "args": spec.args, "decoupled": spec.decoupled,
             "output_names": spec.output_names, "shm_default": spec.shm_default, "shm_growth": spec.shm_growth,
+            "iterative": spec.iterative,
         }
         # The setup goes first, on the bare socket and in JSON: any interpreter reads it, and the worker builds
         # its channel from it.
