@@ -256,3 +256,23 @@ def test_a_decoupled_stream_stopped_with_cancel_requests_is_seen_inside_execute(
         assert error is None
     client.stop_stream(cancel_requests=True)
     assert _ended(repo, "stream-ended", "streams_until_cancelled") == "cancelled"
+
+
+def test_in_process_models_answer_the_same_error(repo: Path) -> None:
+    running = RunningServer([repo], "--backend-config=python,in-process=true")
+    try:
+        answers: queue.Queue = queue.Queue()
+        client = grpcclient.InferenceServerClient(running.grpc_url)
+        client.start_stream(callback=lambda result, error: answers.put((result, error)))
+        try:
+            client.async_stream_infer("returns_while_decoupled", [_input(1, grpcclient)])
+            _, error = answers.get(timeout=20)
+            assert isinstance(error, InferenceServerException)
+            assert "is using the decoupled mode and the execute function must return None." in error.message()
+        finally:
+            client.stop_stream()
+        # A non-decoupled model's sender still answers in-process (when execute returns).
+        result = client.infer("sends_then_works", [_input(4, grpcclient)], client_timeout=30)
+        assert result.as_numpy("OUT").tolist() == [8]
+    finally:
+        running.stop()
