@@ -148,21 +148,22 @@ class _RequestState:
     """What a request shares with its response sender and with the host: the cancelled flag and where
     decoupled responses go. The host fills it in when it builds the request."""
 
-    __slots__ = ("cancelled", "send", "decoupled", "sent", "closed", "response", "requested", "release")
+    __slots__ = ("cancelled", "send", "decoupled", "sent", "closed", "response", "requested", "release", "taken")
 
     def __init__(self, decoupled: bool = False, send: Any = None, requested: list[str] | None = None) -> None:
         self.cancelled = False
         # callable(response | None, flags), set by the host. A decoupled model's responses all go through it; a
-        # non-decoupled model's one response goes through it once complete (FINAL), before execute() returns.
+        # non-decoupled model's one response too, flagged FINAL, whenever the model sends it.
         self.send: Any = send
         self.decoupled = decoupled
         self.sent = 0
         self.closed = False
-        # A non-decoupled model's one response, held until FINAL (or until execute returns, where the host has no
-        # sender); SENT once it has left.
+        # A non-decoupled model's one response: SENT once it has left through ``send``, or (a host without a
+        # sender) held until execute returns.
         self.response: Any = None
         self.requested = requested  # the output names the request asked for (None: all), for the host
         self.release = TRITONSERVER_REQUEST_RELEASE_ALL  # set_release_flags()
+        self.taken = False  # the model asked for the response sender: it may answer after execute returns
 
 
 # A non-decoupled request's response already went out through its sender.
@@ -275,6 +276,7 @@ class InferenceRequest:
             raise TritonModelException("a response sender exists only for requests the server passed to execute()")
         if self._sender is None:
             self._sender = InferenceResponseSender(self._state)
+            self._state.taken = True
         return self._sender
 
     def get_input_tensor_by_name(self, name: str) -> Tensor | None:
@@ -328,13 +330,15 @@ class InferenceResponseSender:
         if state.decoupled:
             state.send(response, flags)
             return
-        # A non-decoupled model's one response: it leaves once complete, as Triton sends it then (the model may
-        # go on working in execute, which then returns None); the host without a sender takes it at the end.
+        # A non-decoupled model's one response leaves at once, as Triton's front ends take a request's first
+        # response (the model may go on working, or send it after execute returned None); a FINAL flag alone
+        # only closes the sender. A host without a sender takes it when execute returns.
         if response is not None:
-            state.response = response
-        if flags == TRITONSERVER_RESPONSE_COMPLETE_FINAL and state.send is not None:
-            held, state.response = state.response, SENT
-            state.send(held, flags)
+            if state.send is not None:
+                state.response = SENT
+                state.send(response, TRITONSERVER_RESPONSE_COMPLETE_FINAL)
+            else:
+                state.response = response
 
     def is_cancelled(self) -> bool:
         state = self._state

@@ -34,7 +34,7 @@ _encode_request, _encode_execute = M.request, M.execute  # (hot path: no module 
 
 
 class Pending:
-    __slots__ = ("done", "requests", "input_ns", "open", "executed", "submitted", "early")
+    __slots__ = ("done", "requests", "input_ns", "open", "executed", "submitted", "early", "waiting")
 
     def __init__(self, done: Done | None, requests: list[InferRequest], input_ns: int, decoupled: bool,
                  submitted: int = 0) -> None:
@@ -47,6 +47,9 @@ class Pending:
         self.submitted = submitted  # when the scheduler handed it over (perf_counter_ns)
         # A non-decoupled model's answers sent through a response sender before execute returned: index -> answer.
         self.early: dict[int, InferResponse] | None = None
+        # The execution ended before some of those answers came (execute returned None): it waits for them, with
+        # the indexes still to come.
+        self.waiting: tuple[Execution, set[int]] | None = None
 
 
 class Router:
@@ -243,7 +246,7 @@ class Router:
                         self._respond(request, self.error(request, failure), True)
         elif responses is None:  # decoupled: the responses travel on their own
             answers = [self.error(r, None) for r in requests]
-        elif pending.early is None and rescheduled is None:
+        elif pending.early is None and rescheduled is None and None not in responses:
             response = self._response
             answers = [response(r, *w) for r, w in zip(requests, responses)]
         else:
@@ -252,11 +255,16 @@ class Router:
             for index in rescheduled:  # it comes back as a new execution, with its own place here
                 pending.open[index] = False
         pending.executed = True
-        if pending.open is None or not any(pending.open):
+        later = None
+        if error is None and responses is not None and None in responses:  # some answered through their senders
+            early, again = pending.early or {}, rescheduled or ()
+            later = {i for i, w in enumerate(responses) if w is None and i not in early and i not in again} or None
+        if later is None and (pending.open is None or not any(pending.open)):
             del self.pending[tag]
         done = pending.done
         if done is not None:
-            pending.done = None
+            if later is None:
+                pending.done = None
             # Triton's phases: queue until the instance starts the execution (here: when it was handed over, or,
             # had the worker not finished the one before by then, when it had); compute covers the instance's
             # whole work, the round trip to the worker counted as infer.
@@ -265,8 +273,12 @@ class Router:
             input_ns += pending.input_ns
             output_ns += end - t0
             whole = end - started - input_ns - output_ns
-            done(Execution(answers, input_ns, whole if whole > infer_ns else infer_ns, output_ns, failed=failed,
-                           started_ns=started, rescheduled=rescheduled))
+            execution = Execution(answers, input_ns, whole if whole > infer_ns else infer_ns, output_ns,
+                                  failed=failed, started_ns=started, rescheduled=rescheduled)
+            if later is not None:  # answers still to come through their senders
+                pending.waiting = (execution, later)
+                return
+            done(execution)
 
     def _special(self, pending: Pending, responses: list) -> list[InferResponse]:
         """Answers where some were sent through a response sender (kept from then) or rescheduled (placeholders
@@ -285,7 +297,7 @@ class Router:
         pending = self.pending.get(tag)
         index = request_index
         if pending is not None and pending.open is None:
-            self._answer_early(pending, index, response)
+            self._answer_early(tag, pending, index, response)
             return
         if pending is None or pending.open is None or not pending.open[index]:
             return
@@ -301,9 +313,10 @@ class Router:
                 del self.pending[tag]
         self._respond(request, answer, final)
 
-    def _answer_early(self, pending: Pending, index: int, response: tuple | None) -> None:
-        """A non-decoupled model's one response, complete before its execute returned: it goes to the client now
-        (the model version set ``responder`` for this) and stands as the request's answer when the execution ends."""
+    def _answer_early(self, tag: int, pending: Pending, index: int, response: tuple | None) -> None:
+        """A non-decoupled model's one response through its sender: it goes to the client now (the model version
+        set ``responder`` for this) and stands as the request's answer in its execution, which may have ended
+        already (execute returned None) and waits for it."""
         if pending.early is None:
             pending.early = {}
         if index in pending.early or response is None or index >= len(pending.requests):
@@ -313,6 +326,16 @@ class Router:
         pending.early[index] = answer
         if request.responder is not None:
             request.responder(answer)
+        if pending.waiting is not None:
+            execution, left = pending.waiting
+            execution.responses[index] = answer
+            left.discard(index)
+            if not left:
+                pending.waiting = None
+                self.pending.pop(tag, None)
+                done, pending.done = pending.done, None
+                if done is not None:
+                    done(execution)
 
     @staticmethod
     def _respond(request: InferRequest, response: InferResponse, final: bool) -> None:

@@ -372,11 +372,14 @@ class Worker:
         t2 = time.perf_counter_ns()
         result = box.pop() if box else None
         failed = None if exc is None else M.error(Code.INTERNAL.name, execute_failed(self.name, exc).message)
-        special = False  # a request answered through its sender, or released to be rescheduled
-        for state in states:
-            if state.response is not None or state.release != 1:
-                special = True
-                break
+        # A request answered through its sender (or to be, after execute returned None), or released to be
+        # rescheduled: the per-request answers need a closer look.
+        special = result is None
+        if not special:
+            for state in states:
+                if state.response is not None or state.release != 1:
+                    special = True
+                    break
         rescheduled = None
         with self.ch.lock:
             if failed is None and self.decoupled and result is not None:
@@ -425,10 +428,11 @@ class Worker:
 
     def _special_wire(self, result: Any, states: list[pb_utils._RequestState]) -> list:
         """A non-decoupled execution's answers where some request was answered through its sender (its answer
-        already left: None here) or is rescheduled (None: it answers in a later execution)."""
+        already left: None here), is rescheduled (None: it answers in a later execution), or will be answered
+        through its sender after execute returned None (None: the server waits for it, as Triton's does)."""
         rescheduled = [self.iterative and s.release == RESCHEDULE for s in states]
-        if result is None and all(s.response is not None or r for s, r in zip(states, rescheduled)):
-            items: list[Any] = [None] * len(states)  # everything went through the senders
+        if result is None and all(s.taken or r for s, r in zip(states, rescheduled)):
+            items: list[Any] = [None] * len(states)  # the senders answer, now or later
         elif not isinstance(result, list) or len(result) != len(states):
             items = check_result(result, len(states), self.name)
         else:
@@ -437,6 +441,8 @@ class Worker:
         for item, state, again in zip(items, states, rescheduled):
             if state.response is _SENT or (again and item is None):
                 wire.append(None)
+            elif item is None and state.taken and state.response is None:
+                wire.append(None)  # its sender answers after execute returned (Triton skips None here too)
             elif again:
                 wire.append(error_wire(internal(
                     f"Failed to process the request(s) for model '{self.name}', message: Expected a None object in "

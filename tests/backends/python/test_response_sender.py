@@ -49,6 +49,29 @@ class TritonPythonModel:
         return None
 """
 
+# Returns None and answers from a thread afterwards (value 1: two responses, the second refused, before return).
+ANSWERS_AFTER_RETURN = """
+import threading, time
+import numpy as np
+import triton_python_backend_utils as pb_utils
+
+class TritonPythonModel:
+    def execute(self, requests):
+        for request in requests:
+            value = pb_utils.get_input_tensor_by_name(request, "IN").as_numpy()
+            sender = request.get_response_sender()
+            if int(value[0]) == 1:
+                sender.send(pb_utils.InferenceResponse([pb_utils.Tensor("OUT", value + 1)]))
+                sender.send(pb_utils.InferenceResponse([pb_utils.Tensor("OUT", value + 2)]))  # raises
+
+            def later(sender=sender, value=value):
+                time.sleep(0.3)
+                sender.send(pb_utils.InferenceResponse([pb_utils.Tensor("OUT", value * 3)]),
+                            flags=pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL)
+            threading.Thread(target=later, daemon=True).start()
+        return None
+"""
+
 RETURNS_WHILE_DECOUPLED = """
 import numpy as np
 import triton_python_backend_utils as pb_utils
@@ -112,6 +135,7 @@ INT_IO = ([("IN", "TYPE_INT32", "[ 1 ]")], [("OUT", "TYPE_INT32", "[ 1 ]")])
 def repo(tmp_path_factory: pytest.TempPathFactory) -> Path:
     root = tmp_path_factory.mktemp("sender_models")
     m.write(root, "sends_then_works", m.io_config("sends_then_works", *INT_IO), SENDS_THEN_WORKS)
+    m.write(root, "answers_after_return", m.io_config("answers_after_return", *INT_IO), ANSWERS_AFTER_RETURN)
     m.write(root, "returns_while_decoupled", m.io_config("returns_while_decoupled", *INT_IO, m.DECOUPLED),
             RETURNS_WHILE_DECOUPLED)
     m.write(root, "waits_for_cancel", m.io_config("waits_for_cancel", *INT_IO), WAITS_FOR_CANCEL)
@@ -185,6 +209,22 @@ def test_the_same_over_grpc(server: RunningServer) -> None:
     assert result.as_numpy("OUT").tolist() == [6]
     assert time.monotonic() - started < HOLD / 2
     assert _executed(server, before + 1)["execution_count"] == before + 1
+
+
+def test_a_response_sent_after_execute_returned_none_is_the_answer(server: RunningServer) -> None:
+    client = httpclient.InferenceServerClient(server.url, network_timeout=30)
+    assert client.infer("answers_after_return", [_input(5)]).as_numpy("OUT").tolist() == [15]
+    grpc = grpcclient.InferenceServerClient(server.grpc_url)
+    assert grpc.infer("answers_after_return", [_input(6, grpcclient)]).as_numpy("OUT").tolist() == [18]
+    stats = client.get_inference_statistics("answers_after_return")["model_stats"][0]
+    assert stats["inference_stats"]["success"]["count"] == 2 and stats["execution_count"] == 2
+
+
+def test_a_second_response_is_refused_and_the_first_stands(server: RunningServer) -> None:
+    """Triton's front ends take a non-decoupled request's first response; the model's exception (a second
+    response) comes too late to change it."""
+    client = httpclient.InferenceServerClient(server.url, network_timeout=30)
+    assert client.infer("answers_after_return", [_input(1)]).as_numpy("OUT").tolist() == [2]
 
 
 # --- a decoupled model that returns responses ----------------------------------------------------------------------
