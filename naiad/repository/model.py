@@ -111,6 +111,8 @@ class ModelVersion:
             self.scheduler.enqueue(request, lambda req, resp, failed: self._complete(req, resp, failed, future))
         except BaseException:
             self.in_flight -= 1
+            if self._early:
+                request.responder = None  # (it refers to the request: no cycle to outlive it)
             raise
         future.add_done_callback(lambda f: self._cancel(request) if f.cancelled() else None)
         return future
@@ -179,6 +181,10 @@ class ModelVersion:
         self.in_flight -= 1
         if self._drained is not None and self.in_flight == 0:
             self._drained.set()
+        if self._early:
+            # The early responder refers to the request: dropped now, the request (and the shared memory its
+            # inputs may view) goes when its last user does, not at the next garbage collection.
+            request.responder = None
         reason = failed if isinstance(failed, str) else "BACKEND"
         answered = future.done() and not future.cancelled()  # early, by _answer_early: outputs already selected
         if response.error is None and not answered:
