@@ -32,6 +32,12 @@ class Execution:
     infer_ns: int = 0
     output_ns: int = 0
     failed: bool | str = False
+    # When the instance started it (perf_counter_ns), if later than the scheduler handed it over: a worker that
+    # takes executions while busy (pipelined) starts them later, and the wait is queue time, as in Triton.
+    started_ns: int = 0
+    # Indexes of requests the model released with TRITONSERVER_REQUEST_RELEASE_RESCHEDULE: the scheduler runs them
+    # again (their responses here are placeholders). Only a sequence batcher with iterative_sequence gets these.
+    rescheduled: list[int] | None = None
 
 
 ExecuteResult = Union[Execution, Awaitable[Execution]]

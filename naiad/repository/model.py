@@ -79,6 +79,9 @@ class ModelVersion:
         self.outputs_metadata = _io_metadata(config.output, batching)
         self.load_seconds = 0.0
         self.decoupled = config.model_transaction_policy.decoupled
+        # A backend whose non-decoupled models may answer before their execution ends (a Python model's response
+        # sender, used with FINAL inside execute): its requests get a responder that resolves their future then.
+        self._early = not self.decoupled and bool(getattr(loaded, "answers_early", False))
         self.in_flight = 0  # queued or executing requests: an unload waits for them before finalize()
         self._drained: asyncio.Event | None = None
 
@@ -101,11 +104,15 @@ class ModelVersion:
             return future
         if self.decoupled and request.responder is not None:
             request.responder = self._checked_responder(request, request.responder)
+        elif self._early:
+            request.responder = lambda response: self._answer_early(request, response, future)
         self.in_flight += 1
         try:
             self.scheduler.enqueue(request, lambda req, resp, failed: self._complete(req, resp, failed, future))
         except BaseException:
             self.in_flight -= 1
+            if self._early:
+                request.responder = None  # (it refers to the request: no cycle to outlive it)
             raise
         future.add_done_callback(lambda f: self._cancel(request) if f.cancelled() else None)
         return future
@@ -115,6 +122,17 @@ class ModelVersion:
         ``is_cancelled()``."""
         request.cancelled = True
         self.loaded.cancel(request)
+
+    def _answer_early(self, request: InferRequest, response: InferResponse, future: asyncio.Future) -> None:
+        """The client's answer before the execution ends; the statistics wait for it (``_complete``)."""
+        if future.done():
+            return
+        if response.error is None:
+            selected = self._selected(response, request)
+            if selected is not None:
+                response.outputs = selected
+        response.model_version = self.version_str
+        future.set_result(response)
 
     def _checked_responder(self, request: InferRequest, sink: Callable[[InferResponse], None]
                            ) -> Callable[[InferResponse], None]:
@@ -163,8 +181,13 @@ class ModelVersion:
         self.in_flight -= 1
         if self._drained is not None and self.in_flight == 0:
             self._drained.set()
+        if self._early:
+            # The early responder refers to the request: dropped now, the request (and the shared memory its
+            # inputs may view) goes when its last user does, not at the next garbage collection.
+            request.responder = None
         reason = failed if isinstance(failed, str) else "BACKEND"
-        if response.error is None:
+        answered = future.done() and not future.cancelled()  # early, by _answer_early: outputs already selected
+        if response.error is None and not answered:
             selected = self._selected(response, request)
             if selected is None:
                 failed = True

@@ -77,6 +77,8 @@ def record(stats: ModelStats, requests: list[InferRequest], result: Execution, s
     backend reports them), and, for requests that completed, their queue and compute times."""
     if result.failed == "CANCELED":  # the backend dropped it unrun, as drop_cancelled does: no execution
         return
+    if result.started_ns > started_ns:  # the instance started it later than it was handed over: queue time
+        started_ns = result.started_ns
     inferences = 0
     for r in requests:
         inferences += r.batch_size or 1

@@ -17,6 +17,11 @@ when that request's turn comes. Neither it nor the requests queued behind it run
 (counted for the CANCELED reason), the slot goes to the backlog, and a later request with that correlation id
 must START a new sequence. A backlogged sequence holding a cancelled request is dropped the same way when a slot
 would go to it.
+
+Iterative sequences (``iterative_sequence: true``, Triton's IterativeSequencer): a request without a correlation
+id becomes a sequence of its own (a fresh id, START); a request the model releases with RESCHEDULE goes back to
+its sequence's queue with no START or END and runs again, keeping the slot and the state; a request released for
+good ends its sequence.
 """
 
 from __future__ import annotations
@@ -90,6 +95,8 @@ class SequenceBatcher:
             self._utilization = batching.direct.minimum_slot_utilization
         self._lanes = [Lane(instance, slots) for instance in instances]
         self._idle_ns = (batching.max_sequence_idle_microseconds or 1_000_000) * 1000
+        self._iterative = batching.iterative_sequence
+        self._next_id = 1  # the ids iterative scheduling gives requests that carry none (as Triton's, from 1)
         self._key = BatchKey(config)
         self._declared_outputs = {o.name for o in config.output}
         self._sequences: dict[int | str, Sequence] = {}  # correlation id -> sequence still taking requests
@@ -117,6 +124,10 @@ class SequenceBatcher:
             raise invalid(f"inference request to model '{name}' must specify batch-size 1 due to requirements of "
                           "sequence batcher")
         corrid = request.correlation_id
+        if (corrid == 0 or corrid == "") and self._iterative:
+            corrid = request.correlation_id = self._next_id
+            self._next_id += 1
+            request.flags = START
         if corrid == 0 or corrid == "":
             raise invalid(f"inference request to model '{name}' must specify a non-zero or non-empty correlation ID")
         flags = request.flags
@@ -381,7 +392,8 @@ class SequenceBatcher:
         real = [r for r, o in zip(batch, owners) if o is not None]
         record(self._stats, real, result, started, batch_size=len(batch))
         states = self._spec.states
-        for request, sequence, response in zip(batch, owners, result.responses):
+        again = set(result.rescheduled) if result.rescheduled and self._iterative else ()
+        for index, (request, sequence, response) in enumerate(zip(batch, owners, result.responses)):
             if sequence is None:
                 continue  # padding: nobody waits for its response
             sequence.running -= 1
@@ -393,10 +405,24 @@ class SequenceBatcher:
                         sequence.state[state.input_name] = value
                         if state.output_name not in self._declared_outputs:
                             del outputs[state.output_name]
+            if index in again:
+                continue  # its sequence goes on
             if request.flags & END and sequence.lane is lane:
                 self._release(sequence)
-        for request, sequence, response in zip(batch, owners, result.responses):
-            if sequence is not None:
-                sequence.queue.popleft()[1](request, response, result.failed)
+            elif self._iterative and len(sequence.queue) == 1 and sequence.lane is lane:
+                self._release(sequence)  # released for good: its sequence ends (Triton enqueues a null END)
+        for index, (request, sequence, response) in enumerate(zip(batch, owners, result.responses)):
+            if sequence is None:
+                continue
+            entry = sequence.queue.popleft()
+            if index in again:  # back to its sequence's queue, neither START nor END now
+                request.flags = 0
+                sequence.queue.append(entry)
+                self._queued += 1
+                sequence.last_ns = now_ns()
+                if sequence.lane is None and sequence not in self._backlog:
+                    self._backlog.append(sequence)
+                continue
+            entry[1](request, response, result.failed)
         # The next batch on the next loop turn: an inline model must not recurse once per batch.
         self._wake(lane)

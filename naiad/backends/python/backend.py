@@ -155,6 +155,8 @@ class WorkerSlot(Instance):
 
 
 class WorkerVersion(LoadedVersion):
+    answers_early = True  # a non-decoupled request's response may arrive through its sender before DONE (router.py)
+
     def __init__(self, ctx: VersionContext) -> None:
         options = ctx.options
         shm_default = _size_option(options, "shm-default-byte-size", DEFAULT_SIZE)
@@ -188,6 +190,7 @@ class WorkerVersion(LoadedVersion):
             spec = WorkerSpec(ctx.name, ctx.version, args["model_instance_name"], model_file, args, decoupled,
                               [o.name for o in ctx.config.output], shm_default, shm_growth, restart_wait,
                               load_timeout=ctx.timeout)
+            spec.iterative = ctx.config.sequence_batching.iterative_sequence
             if environment is not None:
                 environment.apply(spec)
             self.processes.append(WorkerProcess(spec, ctx.core))

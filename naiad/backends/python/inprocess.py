@@ -12,7 +12,7 @@ from typing import Any, Awaitable
 from naiad.backends.base import Core, Execution, ExecuteResult, Instance, VersionContext
 from naiad.backends.python import metrics, pb_utils
 from naiad.backends.python.runner import check_response, check_result, execute_failed, initialize
-from naiad.core.errors import InferError
+from naiad.core.errors import InferError, internal
 from naiad.core.request import InferRequest, InferResponse
 
 _LEVELS = {0: logging.INFO, 1: logging.WARNING, 2: logging.ERROR, 3: logging.DEBUG}
@@ -103,7 +103,10 @@ class InProcessInstance(Instance):
             from_core(self.model_name, self.version, r, r.requested_outputs or self.output_names) for r in requests
         ]
         for pb_request, request in zip(pb_requests, requests):
-            pb_request._state = pb_utils._RequestState(self.decoupled, self._sender(request))
+            # A non-decoupled model's sender keeps its one response for execute's end (no sender: nothing answers
+            # a request early in-process, where execute holds the event loop anyway).
+            pb_request._state = pb_utils._RequestState(self.decoupled,
+                                                       self._sender(request) if self.decoupled else None)
         t1 = time.perf_counter_ns()
         try:
             result = self._execute(pb_requests)
@@ -112,6 +115,8 @@ class InProcessInstance(Instance):
         if inspect.isawaitable(result):
             return self._finish_async(result, requests, pb_requests, t0, t1)
         t2 = time.perf_counter_ns()
+        if self.decoupled and result is not None:
+            return self._returned_while_decoupled(requests, t1 - t0, t2 - t1)
         responses = self._convert(result, requests, pb_requests)
         return Execution(responses, t1 - t0, t2 - t1, time.perf_counter_ns() - t2)
 
@@ -134,11 +139,14 @@ class InProcessInstance(Instance):
         except Exception as exc:
             return self._failed(requests, exc, t1 - t0, time.perf_counter_ns() - t1)
         t2 = time.perf_counter_ns()
+        if self.decoupled and result is not None:
+            return self._returned_while_decoupled(requests, t1 - t0, t2 - t1)
         responses = self._convert(result, requests, pb_requests)
         return Execution(responses, t1 - t0, t2 - t1, time.perf_counter_ns() - t2)
 
-    def _failed(self, requests: list[InferRequest], exc: BaseException, input_ns: int, infer_ns: int) -> Execution:
-        error = execute_failed(self.name, exc)
+    def _failed(self, requests: list[InferRequest], exc: BaseException | InferError, input_ns: int,
+                infer_ns: int) -> Execution:
+        error = exc if isinstance(exc, InferError) else execute_failed(self.name, exc)
         if self.decoupled:
             for request in requests:
                 response = self._error_response(request, error)
@@ -148,6 +156,12 @@ class InProcessInstance(Instance):
 
     def _error_response(self, request: InferRequest, error: InferError | None) -> InferResponse:
         return InferResponse(self.model_name, self.version_str, request.id, error=error)
+
+    def _returned_while_decoupled(self, requests: list[InferRequest], input_ns: int, infer_ns: int) -> Execution:
+        """Triton's error for a decoupled execute that returned responses: every request's final answer."""
+        return self._failed(requests, internal(
+            f"Failed to process the request(s) for model '{self.name}', message: Python model '{self.name}' is using "
+            "the decoupled mode and the execute function must return None."), input_ns, infer_ns)
 
     def _convert(self, result: Any, requests: list[InferRequest], pb_requests: list) -> list[InferResponse]:
         if self.decoupled:

@@ -35,7 +35,7 @@ from io import BytesIO
 from typing import Any, Callable, NamedTuple
 
 # Bump when a message's fields change: a worker speaking another protocol is refused at its handshake.
-PROTOCOL = 1
+PROTOCOL = 2
 # Tests (only) make a worker claim other versions, to drive the mismatch paths: a JSON object of
 # ``Versions`` fields, e.g. {"python": [3, 7, 0]}.
 TEST_VERSIONS_VARIABLE = "NAIAD_TEST_WORKER_VERSIONS"
@@ -166,14 +166,21 @@ class Done(NamedTuple):
     kind: int
     tag: int
     error: tuple | None  # the execution failed as a whole: an Error record
-    responses: list | None  # one Response per request; None when decoupled (they travel as STREAM)
+    # One Response per request (None for one already sent through its sender, or rescheduled); None when decoupled
+    # (they travel as STREAM).
+    responses: list | None
     input_ns: int
     infer_ns: int
     output_ns: int
+    # When (time.perf_counter_ns, one clock for every process) the worker finished the execution before this one:
+    # until then this one waited for the instance (queue time); 0 when it overlaps others (async execute).
+    free_ns: int
+    rescheduled: list | None  # indexes of requests released with TRITONSERVER_REQUEST_RELEASE_RESCHEDULE
 
 
-def done(tag: int, error: tuple | None, responses: list | None, input_ns: int, infer_ns: int, output_ns: int) -> tuple:
-    return (_DONE, tag, error, responses, input_ns, infer_ns, output_ns)
+def done(tag: int, error: tuple | None, responses: list | None, input_ns: int, infer_ns: int, output_ns: int,
+         free_ns: int, rescheduled: list | None) -> tuple:
+    return (_DONE, tag, error, responses, input_ns, infer_ns, output_ns, free_ns, rescheduled)
 
 
 class Stream(NamedTuple):
@@ -181,7 +188,8 @@ class Stream(NamedTuple):
     tag: int
     request_index: int  # which request of the execution
     response: tuple | None  # a Response record; None with the final flag alone
-    flags: int  # pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL or 0
+    # pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL or 0 (a non-decoupled model's one response: always FINAL)
+    flags: int
 
 
 def stream(tag: int, request_index: int, response: tuple | None, flags: int) -> tuple:

@@ -148,16 +148,26 @@ class _RequestState:
     """What a request shares with its response sender and with the host: the cancelled flag and where
     decoupled responses go. The host fills it in when it builds the request."""
 
-    __slots__ = ("cancelled", "send", "decoupled", "sent", "closed", "response", "requested")
+    __slots__ = ("cancelled", "send", "decoupled", "sent", "closed", "response", "requested", "release", "taken")
 
     def __init__(self, decoupled: bool = False, send: Any = None, requested: list[str] | None = None) -> None:
         self.cancelled = False
-        self.send: Any = send  # callable(response | None, flags), set by the host
+        # callable(response | None, flags), set by the host. A decoupled model's responses all go through it; a
+        # non-decoupled model's one response too, flagged FINAL, whenever the model sends it.
+        self.send: Any = send
         self.decoupled = decoupled
         self.sent = 0
         self.closed = False
-        self.response: Any = None  # a non-decoupled model's one response sent through the sender
+        # A non-decoupled model's one response: SENT once it has left through ``send``, or (a host without a
+        # sender) held until execute returns.
+        self.response: Any = None
         self.requested = requested  # the output names the request asked for (None: all), for the host
+        self.release = TRITONSERVER_REQUEST_RELEASE_ALL  # set_release_flags()
+        self.taken = False  # the model asked for the response sender: it may answer after execute returns
+
+
+# A non-decoupled request's response already went out through its sender.
+SENT: Any = object()
 
 
 class InferenceRequest:
@@ -246,18 +256,27 @@ class InferenceRequest:
         return self._model_version
 
     def is_cancelled(self) -> bool:
-        return self._state is not None and self._state.cancelled
+        state = self._state
+        if state is None:
+            return False
+        if not state.cancelled:
+            _poll()
+        return state.cancelled
 
     def set_release_flags(self, flags: int) -> None:
-        """Rescheduling requests is a sequence-batching feature naiad's python backend does not offer."""
-        if flags != TRITONSERVER_REQUEST_RELEASE_ALL:
-            raise TritonModelException("request rescheduling is not supported by this naiad build")
+        """``TRITONSERVER_REQUEST_RELEASE_RESCHEDULE`` runs the request again in a later execution (a model whose
+        config has ``sequence_batching { iterative_sequence: true }``; elsewhere it is released as usual)."""
+        if flags != TRITONSERVER_REQUEST_RELEASE_ALL and flags != TRITONSERVER_REQUEST_RELEASE_RESCHEDULE:
+            raise TritonModelException(f"Invalid request release flags: {flags}")
+        if self._state is not None:
+            self._state.release = flags
 
     def get_response_sender(self) -> "InferenceResponseSender":
         if self._state is None:
             raise TritonModelException("a response sender exists only for requests the server passed to execute()")
         if self._sender is None:
             self._sender = InferenceResponseSender(self._state)
+            self._state.taken = True
         return self._sender
 
     def get_input_tensor_by_name(self, name: str) -> Tensor | None:
@@ -308,15 +327,24 @@ class InferenceResponseSender:
             state.closed = True
         if response is not None:
             state.sent += 1
-            if not state.decoupled:
-                # A non-decoupled model's one response: execute() returns None and the server takes this one.
-                state.response = response
-                return
         if state.decoupled:
             state.send(response, flags)
+            return
+        # A non-decoupled model's one response leaves at once, as Triton's front ends take a request's first
+        # response (the model may go on working, or send it after execute returned None); a FINAL flag alone
+        # only closes the sender. A host without a sender takes it when execute returns.
+        if response is not None:
+            if state.send is not None:
+                state.response = SENT
+                state.send(response, TRITONSERVER_RESPONSE_COMPLETE_FINAL)
+            else:
+                state.response = response
 
     def is_cancelled(self) -> bool:
-        return self._state.cancelled
+        state = self._state
+        if not state.cancelled:
+            _poll()
+        return state.cancelled
 
 
 class ResponseIterator:
@@ -538,6 +566,13 @@ _host: Any = _Host()
 def _set_host(host: Any) -> None:
     global _host
     _host = host
+
+
+def _poll() -> None:
+    """Let the host take in what the server sent while execute runs (a cancellation), if it reads such messages."""
+    poll = getattr(_host, "poll", None)
+    if poll is not None:
+        poll()
 
 
 def get_input_tensor_by_name(inference_request: InferenceRequest, name: str) -> Tensor | None:

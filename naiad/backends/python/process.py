@@ -54,6 +54,7 @@ class WorkerSpec:
     env: dict[str, str] = field(default_factory=dict)  # extra environment (execution environments)
     python_path: list[str] = field(default_factory=lambda: [NAIAD_ROOT])
     load_timeout: float = 0.0  # --model-load-timeout-secs: a restart's initialize() gets as long (0: forever)
+    iterative: bool = False  # sequence_batching.iterative_sequence: the worker reports rescheduled requests
 
 
 def _describe_exit(code: int | None) -> str:
@@ -125,6 +126,7 @@ class WorkerProcess:
             "model_name": spec.model_name, "model_version": spec.model_version, "instance_name": spec.instance_name,
             "model_file": spec.model_file, "args": spec.args, "decoupled": spec.decoupled,
             "output_names": spec.output_names, "shm_default": spec.shm_default, "shm_growth": spec.shm_growth,
+            "iterative": spec.iterative,
         }
         if self._progress >= 0:
             setup["progress_fd"] = self._progress  # (pass_fds keeps the number)

@@ -34,15 +34,22 @@ _encode_request, _encode_execute = M.request, M.execute  # (hot path: no module 
 
 
 class Pending:
-    __slots__ = ("done", "requests", "input_ns", "open", "executed")
+    __slots__ = ("done", "requests", "input_ns", "open", "executed", "submitted", "early", "waiting")
 
-    def __init__(self, done: Done | None, requests: list[InferRequest], input_ns: int, decoupled: bool) -> None:
+    def __init__(self, done: Done | None, requests: list[InferRequest], input_ns: int, decoupled: bool,
+                 submitted: int = 0) -> None:
         self.done = done  # called once with the Execution, then set to None
         self.requests = requests
         self.input_ns = input_ns
         # Decoupled requests stay open until their final response; others close with the execution.
         self.open = [True] * len(requests) if decoupled else None
         self.executed = False
+        self.submitted = submitted  # when the scheduler handed it over (perf_counter_ns)
+        # A non-decoupled model's answers sent through a response sender before execute returned: index -> answer.
+        self.early: dict[int, InferResponse] | None = None
+        # The execution ended before some of those answers came (execute returned None): it waits for them, with
+        # the indexes still to come.
+        self.waiting: tuple[Execution, set[int]] | None = None
 
 
 class Router:
@@ -148,7 +155,7 @@ class Router:
         self._outbox.append(_encode_execute(tag, wire))
         if self._flush_handle is None:
             self._flush_handle = self.loop.call_soon(self.flush)  # type: ignore[union-attr]
-        self.pending[tag] = Pending(done, requests, time.perf_counter_ns() - t0, self.decoupled)
+        self.pending[tag] = Pending(done, requests, time.perf_counter_ns() - t0, self.decoupled, t0)
 
     def flush(self) -> None:
         """Send the executions submitted this turn, in one datagram."""
@@ -227,7 +234,7 @@ class Router:
 
     @reads(M.Done)
     def _executed(self, kind: int, tag: int, error: tuple | None, responses: list | None, input_ns: int,
-                  infer_ns: int, output_ns: int) -> None:
+                  infer_ns: int, output_ns: int, free_ns: int, rescheduled: list | None) -> None:
         pending = self.pending.get(tag)
         if pending is None:
             return
@@ -246,22 +253,59 @@ class Router:
                         self._respond(request, self.error(request, failure), True)
         elif responses is None:  # decoupled: the responses travel on their own
             answers = [self.error(r, None) for r in requests]
-        else:
+        elif pending.early is None and rescheduled is None and None not in responses:
             response = self._response
             answers = [response(r, *w) for r, w in zip(requests, responses)]
+        else:
+            answers = self._special(pending, responses)
+        if rescheduled is not None and pending.open is not None:
+            for index in rescheduled:  # it comes back as a new execution, with its own place here
+                pending.open[index] = False
         pending.executed = True
-        if pending.open is None or not any(pending.open):
+        later = None
+        if error is None and responses is not None and None in responses:  # some answered through their senders
+            early, again = pending.early or {}, rescheduled or ()
+            later = {i for i, w in enumerate(responses) if w is None and i not in early and i not in again} or None
+        if later is None and (pending.open is None or not any(pending.open)):
             del self.pending[tag]
         done = pending.done
         if done is not None:
-            pending.done = None
-            done(Execution(answers, pending.input_ns + input_ns, infer_ns, output_ns + time.perf_counter_ns() - t0,
-                           failed=failed))
+            if later is None:
+                pending.done = None
+            # Triton's phases: queue until the instance starts the execution (here: when it was handed over, or,
+            # had the worker not finished the one before by then, when it had); compute covers the instance's
+            # whole work, the round trip to the worker counted as infer.
+            end = time.perf_counter_ns()
+            started = pending.submitted if pending.submitted > free_ns else free_ns
+            input_ns += pending.input_ns
+            output_ns += end - t0
+            whole = end - started - input_ns - output_ns
+            execution = Execution(answers, input_ns, whole if whole > infer_ns else infer_ns, output_ns,
+                                  failed=failed, started_ns=started, rescheduled=rescheduled)
+            if later is not None:  # answers still to come through their senders
+                pending.waiting = (execution, later)
+                return
+            done(execution)
+
+    def _special(self, pending: Pending, responses: list) -> list[InferResponse]:
+        """Answers where some were sent through a response sender (kept from then) or rescheduled (placeholders
+        the scheduler does not deliver)."""
+        early = pending.early or {}
+        answers = []
+        for index, (request, wire) in enumerate(zip(pending.requests, responses)):
+            if wire is not None:
+                answers.append(self._response(request, *wire))
+            else:
+                answers.append(early.get(index) or self.error(request, None))
+        return answers
 
     @reads(M.Stream)
     def _streamed(self, kind: int, tag: int, request_index: int, response: tuple | None, flags: int) -> None:
         pending = self.pending.get(tag)
         index = request_index
+        if pending is not None and pending.open is None:
+            self._answer_early(tag, pending, index, response)
+            return
         if pending is None or pending.open is None or not pending.open[index]:
             return
         request = pending.requests[index]
@@ -275,6 +319,30 @@ class Router:
             if pending.executed and not any(pending.open):
                 del self.pending[tag]
         self._respond(request, answer, final)
+
+    def _answer_early(self, tag: int, pending: Pending, index: int, response: tuple | None) -> None:
+        """A non-decoupled model's one response through its sender: it goes to the client now (the model version
+        set ``responder`` for this) and stands as the request's answer in its execution, which may have ended
+        already (execute returned None) and waits for it."""
+        if pending.early is None:
+            pending.early = {}
+        if index in pending.early or response is None or index >= len(pending.requests):
+            return
+        request = pending.requests[index]
+        answer = self._response(request, *response)
+        pending.early[index] = answer
+        if request.responder is not None:
+            request.responder(answer)
+        if pending.waiting is not None:
+            execution, left = pending.waiting
+            execution.responses[index] = answer
+            left.discard(index)
+            if not left:
+                pending.waiting = None
+                self.pending.pop(tag, None)
+                done, pending.done = pending.done, None
+                if done is not None:
+                    done(execution)
 
     @staticmethod
     def _respond(request: InferRequest, response: InferResponse, final: bool) -> None:

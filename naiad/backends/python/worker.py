@@ -41,9 +41,10 @@ from naiad.backends.python.runner import CODES, check_response, check_result, de
 from naiad.backends.python.runner import import_model, initialize
 from naiad.backends.python.shm import Arena
 from naiad.backends.python.transport import Channel
-from naiad.core.errors import Code, InferError
+from naiad.core.errors import Code, InferError, internal
 
 FINAL = pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL
+RESCHEDULE, _SENT = pb_utils.TRITONSERVER_REQUEST_RELEASE_RESCHEDULE, pb_utils.SENT
 _InferenceRequest, _RequestState, _wrap = pb_utils.InferenceRequest, pb_utils._RequestState, pb_utils.Tensor._wrap
 _new_request = object.__new__
 _encode_done, _encode_response = M.done, M.response  # (hot path: no module lookup per call)
@@ -83,6 +84,9 @@ class Worker:
         # The tag of the last execution this worker began, where the server reads it if the worker dies: the
         # executions after it never started, and run on the replacement instead of failing with it.
         self._progress = _progress_word(setup.get("progress_fd"))
+        # sequence_batching { iterative_sequence: true }: a request released with RESCHEDULE runs again; elsewhere
+        # that flag releases it as usual (as Triton's other schedulers do).
+        self.iterative = bool(setup.get("iterative", False))
         self.loop = _new_loop()
         self.is_async = False
         # Executions (and a FINALIZE behind them) waiting their turn: a pipelined batch, or those that arrived
@@ -108,6 +112,7 @@ class Worker:
         self._hold = False  # hold this execution's answer back: more of the batch follows
         self._quick = True  # the last execution took less than HOLD_BELOW_NS
         self._held_since = 0  # when the oldest answer now held back was ready
+        self._free_ns = 0  # when the last execution finished (a sync worker runs one at a time)
 
     # --- startup ---------------------------------------------------------------------------------------------
 
@@ -252,6 +257,14 @@ class Worker:
     def _on_finalize(self, kind: int) -> None:
         self._finalize()
 
+    def poll(self) -> None:
+        """``is_cancelled()`` asks while a synchronous execute runs on the loop thread, which reads nothing meanwhile:
+        take in what has arrived (a cancellation is applied now; executions wait their turn). One non-blocking
+        system call, paid only by models that ask."""
+        if self.is_async or self.pumping or threading.get_ident() != self.loop_thread:
+            return  # the loop (or the blocking call's pump) reads the channel already
+        self._look()
+
     def _unexpected(self, kind: int, *_: Any) -> None:
         print(f"naiad worker '{self.name}': ignoring an unexpected message of kind {kind}", file=sys.stderr)
 
@@ -329,7 +342,7 @@ class Worker:
                 if type(payload) is not bytes:
                     block = M.Block.of(payload)  # type: ignore[attr-defined]
                     release(block.segment, block.offset)
-        self.ch.send(_encode_done(tag, CANCELLED, None, 0, 0, 0))  # at once: what is held goes along
+        self.ch.send(_encode_done(tag, CANCELLED, None, 0, 0, 0, 0, None))  # at once: what is held goes along
 
     @reads(M.Request)
     def _request(self, tag: int, index: int, id: str, correlation_id: Any, flags: int, timeout: int, parameters: dict,
@@ -346,9 +359,7 @@ class Worker:
         request._flags = flags
         request._timeout = timeout
         request._parameters = parameters
-        # Only a decoupled model's sender sends (a non-decoupled one's response is kept on the state).
-        sender: Any = self._sender_for(tag, index, requested) if self.decoupled else None
-        request._state = _RequestState(self.decoupled, sender, requested)
+        request._state = _RequestState(self.decoupled, self._sender_for(tag, index, requested), requested)
         request._sender = None
         return request
 
@@ -366,12 +377,29 @@ class Worker:
         t2 = time.perf_counter_ns()
         result = box.pop() if box else None
         failed = None if exc is None else M.error(Code.INTERNAL.name, execute_failed(self.name, exc).message)
+        # A request answered through its sender (or to be, after execute returned None), or released to be
+        # rescheduled: the per-request answers need a closer look.
+        special = result is None
+        if not special:
+            for state in states:
+                if state.response is not None or state.release != 1:
+                    special = True
+                    break
+        rescheduled = None
         with self.ch.lock:
+            if failed is None and self.decoupled and result is not None:
+                # Triton's words; the error is every open request's final answer, so no client waits forever.
+                failed = M.error(Code.INTERNAL.name, f"Failed to process the request(s) for model '{self.name}', "
+                                 f"message: Python model '{self.name}' is using the decoupled mode and the execute "
+                                 "function must return None.")
+                for state in states:
+                    state.closed = True
+            if special:
+                rescheduled = self._released(states)
             if self.decoupled or failed is not None:
                 wire = None
-            elif result is None and states and all(s.response is not None for s in states):
-                # A non-decoupled model answered through its response senders.
-                wire = [self._response_wire(s.response, s.requested) for s in states]
+            elif special:
+                wire = self._special_wire(result, states)
             else:
                 checked = check_result(result, len(states), self.name)
                 wire = [self._response_wire(c, s.requested) for c, s in zip(checked, states)]
@@ -381,7 +409,9 @@ class Worker:
                 state.response = None
             t3 = time.perf_counter_ns()
             self._quick = t3 - t1 + input_ns < HOLD_BELOW_NS
-            message = _encode_done(tag, failed, wire, input_ns, t2 - t1, t3 - t2)
+            free, self._free_ns = self._free_ns, t3
+            message = _encode_done(tag, failed, wire, input_ns, t2 - t1, t3 - t2, 0 if self.is_async else free,
+                                   rescheduled)
             if self._hold and self._quick and (not self._held_since or t3 - self._held_since < HOLD_BELOW_NS):
                 self._held_since = self._held_since or t3
                 self.ch.hold(message)
@@ -390,6 +420,44 @@ class Worker:
                 self.ch.send(message)
         if not self.decoupled or all(s.closed for s in states):
             self.executions.pop(tag, None)
+
+    def _released(self, states: list[pb_utils._RequestState]) -> list[int] | None:
+        """The indexes of the requests to run again (RESCHEDULE, with iterative scheduling only). A rescheduled
+        request comes back as a new execution: this one's senders are done with."""
+        if not self.iterative:
+            return None
+        out = [i for i, s in enumerate(states) if s.release == RESCHEDULE]
+        for index in out:
+            states[index].closed = True
+        return out or None
+
+    def _special_wire(self, result: Any, states: list[pb_utils._RequestState]) -> list:
+        """A non-decoupled execution's answers where some request was answered through its sender (its answer
+        already left: None here), is rescheduled (None: it answers in a later execution), or will be answered
+        through its sender after execute returned None (None: the server waits for it, as Triton's does)."""
+        rescheduled = [self.iterative and s.release == RESCHEDULE for s in states]
+        if result is None and all(s.taken or r for s, r in zip(states, rescheduled)):
+            items: list[Any] = [None] * len(states)  # the senders answer, now or later
+        elif not isinstance(result, list) or len(result) != len(states):
+            items = check_result(result, len(states), self.name)
+        else:
+            items = list(result)
+        wire: list = []
+        for item, state, again in zip(items, states, rescheduled):
+            if state.response is _SENT or (again and item is None):
+                wire.append(None)
+            elif item is None and state.taken and state.response is None:
+                wire.append(None)  # its sender answers after execute returned (Triton skips None here too)
+            elif again:
+                wire.append(error_wire(internal(
+                    f"Failed to process the request(s) for model '{self.name}', message: Expected a None object in "
+                    f"the execute function return list for reschduled request, found type '{type(item)}'.")))
+            elif item is None and state.response is not None:
+                wire.append(self._response_wire(state.response, state.requested))  # sent without FINAL
+            else:
+                wire.append(self._response_wire(check_response(item, self.name), state.requested)
+                            if not isinstance(item, InferError) else error_wire(item))
+        return wire
 
     def _response_wire(self, response: Any, requested: list[str] | None) -> tuple:
         if isinstance(response, InferError):
@@ -417,7 +485,7 @@ class Worker:
                     checked = check_response(response, self.name)
                     wire = self._response_wire(checked, requested)
                 self.ch.send(M.stream(tag, index, wire, flags))
-            if flags & FINAL:
+            if flags & FINAL and self.decoupled:
                 states = self.executions.get(tag)
                 if states is not None and all(s.closed for s in states):
                     self.executions.pop(tag, None)

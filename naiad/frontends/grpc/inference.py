@@ -3,7 +3,9 @@
 ModelInfer is the hot path: decode, queue, await the model's future, encode; errors set the call's
 status instead of raising through grpc. ModelStreamInfer goes through ``Service.stream`` so decoupled
 models can answer a request many times: responses of non-decoupled models leave in request order (as
-Triton sends them), a decoupled model's as they come.
+Triton sends them), a decoupled model's as they come. A stream opened with the ``triton_grpc_error: true`` header
+(Triton 24.08's opt-in) ends at the first failed inference with that error as the call's gRPC status, instead
+of carrying it in a response message.
 """
 
 from __future__ import annotations
@@ -39,6 +41,24 @@ _DECOUPLED_INFER = "ModelInfer RPC doesn't support models with decoupled transac
 # where the server engine hands it to a handler (grpc.aio, see server.py) rather than answering it itself.
 UNPARSABLE_MESSAGE = "Unable to parse request"
 UNPARSABLE: Any = object()
+GRPC_ERROR_HEADER = "triton_grpc_error"
+
+
+def wants_grpc_errors(context: Any) -> bool:
+    """Whether the stream's client asked for errors as gRPC status codes (the header's value "true")."""
+    for key, value in context.invocation_metadata() or ():
+        if key == GRPC_ERROR_HEADER:
+            return str(value).strip().lower() == "true"
+    return False
+
+
+class _Failure:
+    """The error that ends a ``triton_grpc_error`` stream, in the stream's response order."""
+
+    __slots__ = ("error",)
+
+    def __init__(self, error: InferError) -> None:
+        self.error = error
 
 
 def is_decoupled(model: ModelVersion) -> bool:
@@ -97,7 +117,8 @@ class Inference:
 
     async def ModelStreamInfer(self, messages: AsyncIterator[pb.ModelInferRequest], context: Any
                                ) -> AsyncIterator[pb.ModelStreamInferResponse]:
-        stream = _Stream(self.service, self.forwarded(context) if self.forward is not None else None)
+        stream = _Stream(self.service, self.forwarded(context) if self.forward is not None else None,
+                         wants_grpc_errors(context))
         reader = asyncio.ensure_future(stream.read(messages))
         try:
             while True:
@@ -107,6 +128,9 @@ class Inference:
                 if item is UNPARSABLE:  # the stream ends there, as Triton's does
                     context.set_code(grpc.StatusCode.INTERNAL)
                     context.set_details(UNPARSABLE_MESSAGE)
+                    return
+                if type(item) is _Failure:  # triton_grpc_error: the stream ends with the error as its status
+                    fail(context, item.error)
                     return
                 yield item
             if reader.done() and not reader.cancelled() and reader.exception() is not None:
@@ -131,9 +155,10 @@ class _Slot:
 class _Stream:
     """One ModelStreamInfer call: the reader queues requests, each request's responses go to ``outbox``."""
 
-    def __init__(self, service: Service, forwarded: dict[str, str] | None = None) -> None:
+    def __init__(self, service: Service, forwarded: dict[str, str] | None = None, grpc_errors: bool = False) -> None:
         self.service = service
         self.forwarded = forwarded  # the stream's forwarded metadata, given to each of its requests
+        self.grpc_errors = grpc_errors  # triton_grpc_error: a failed inference ends the stream
         self.outbox: asyncio.Queue[pb.ModelStreamInferResponse | None] = asyncio.Queue()
         self.ordered: deque[_Slot] = deque()
         self.tasks: set[asyncio.Task] = set()
@@ -186,6 +211,9 @@ class _Stream:
                     if options.enable_empty_final:
                         self._emit(stream_empty_final(message), slot)
                     continue
+                if response.error is not None and self.grpc_errors:
+                    self._emit(_Failure(response.error), slot)  # type: ignore[arg-type]
+                    continue  # the stream ends when it is this one's turn: what follows is never sent
                 self._emit(stream_response(response, options, labels, message, model.batching), slot)
         except InferError as exc:
             # Refused when queued (e.g. the model's signature check): answered like a decode error.

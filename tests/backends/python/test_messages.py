@@ -33,7 +33,7 @@ _RESPONSE = M.response(None, [M.tensor("OUT", "BYTES", (1,), b"\x01\x00\x00\x00x
 CASES = {
     Kind.READY: (M.ready, M.Ready, (True, 123, "/usr/bin/python3")),
     Kind.FAIL: (M.fail, M.Fail, ("INTERNAL", "boom")),
-    Kind.DONE: (M.done, M.Done, (5, None, [_RESPONSE], 1, 2, 3)),
+    Kind.DONE: (M.done, M.Done, (5, None, [_RESPONSE], 1, 2, 3, 4, [0])),
     Kind.STREAM: (M.stream, M.Stream, (5, 0, _RESPONSE, 1)),
     Kind.BLS: (M.bls, M.Bls, (9, "other", -1, _REQUEST, False)),
     Kind.BLS_CANCEL: (M.bls_cancel, M.BlsCancel, (9,)),
@@ -86,7 +86,7 @@ def test_records_decode_by_name() -> None:
 def test_kinds_are_plain_ints_on_the_wire() -> None:
     import marshal
 
-    assert type(M.done(1, None, None, 0, 0, 0)[0]) is int
+    assert type(M.done(1, None, None, 0, 0, 0, 0, None)[0]) is int
     marshal.dumps(M.execute(1, []))  # marshal refuses IntEnum members: this would raise
 
 
