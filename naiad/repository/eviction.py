@@ -80,8 +80,10 @@ class GdsfPolicy(EvictionPolicy):
         self.half_life = half_life  # in requests (to all models): how fast a model's past requests fade
         self.smoothing = smoothing  # the weight of the newest load time in a model's cost
         self._decay = math.log(2) / half_life
-        self._clock = 0  # requests so far
-        self._frequency: dict[str, tuple[float, int]] = {}  # name -> (aged count, clock of its last request)
+        self._clock = 0  # requests since the last rebase
+        # name -> sum over its requests of 2^(clock at the request / half_life): the aged count, scaled by the
+        # same factor for every model, so a request adds one term and nothing else changes. _forget rebases it.
+        self._frequency: dict[str, float] = {}
         self._cost: dict[str, float] = {}  # name -> seconds one load takes
         self._resident: set[str] = set()
 
@@ -92,15 +94,13 @@ class GdsfPolicy(EvictionPolicy):
 
     def access(self, name: str) -> None:
         self._clock += 1
-        count, last = self._frequency.get(name, (0.0, 0))
-        self._frequency[name] = (count * math.exp(self._decay * (last - self._clock)) + 1.0, self._clock)
-        if self._clock % (8 * self.half_life) == 0:
+        self._frequency[name] = self._frequency.get(name, 0.0) + math.exp(self._decay * self._clock)
+        if self._clock >= 8 * self.half_life:
             self._forget()
 
     def frequency(self, name: str) -> float:
         """Requests for ``name``, each weighted by 2^-(requests since it / half_life)."""
-        count, last = self._frequency.get(name, (0.0, 0))
-        return count * math.exp(self._decay * (last - self._clock))
+        return self._frequency.get(name, 0.0) * math.exp(-self._decay * self._clock)
 
     def priority(self, name: str, size: int) -> float:
         return self.frequency(name) * self._cost.get(name, 1.0) / max(size, 1)
@@ -111,8 +111,10 @@ class GdsfPolicy(EvictionPolicy):
     def _forget(self) -> None:
         """Drop what is left of models not loaded and not requested for a while (~4 half-lives): the history
         stays bounded however many models come and go."""
-        self._frequency = {name: entry for name, entry in self._frequency.items()
-                           if name in self._resident or self.frequency(name) >= 0.05}
+        scale = math.exp(-self._decay * self._clock)
+        self._frequency = {name: total * scale for name, total in self._frequency.items()
+                           if name in self._resident or total * scale >= 0.05}
+        self._clock = 0
         self._cost = {name: cost for name, cost in self._cost.items()
                       if name in self._frequency or name in self._resident}
 
