@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""SageMaker multi-model endpoint under a memory budget: on-demand loads from S3 archives and LRU eviction.
+"""SageMaker multi-model endpoint under a memory budget: on-demand loads from S3 archives and eviction.
 
 naiad serves a multi-model endpoint (``SAGEMAKER_MULTI_MODEL=true``) whose ``--sagemaker-model-data-url`` is an
 ``s3://`` prefix on a loopback moto server (tests/s3.py) holding ``--models`` archives of a Python model that
@@ -14,11 +14,16 @@ Two servers run, one after the other:
               request is a cache hit.
   limited     ``--model-memory-limit`` = ``--fit`` x that footprint; the same trace from a fresh start, the
               server's process tree memory sampled every ``--sample-interval`` seconds and its metrics every
-              ``--metrics-interval`` seconds.
+              ``--metrics-interval`` seconds. One limited run per ``--traces`` x ``--policies`` (each a
+              ``--sagemaker-eviction-policy``), each from a fresh start.
 
 Reported: failed requests, memory peaks against the limit, the hit ratio against the Belady-optimal hit ratio
 of the same trace (computed offline, in the order requests were issued), the cold-load time, and the p50/p99
-of cache hits against the all-loaded endpoint. A table goes to stdout, JSON to ``--out``.
+of cache hits against the all-loaded endpoint. A table goes to stdout, then one line per limited run (policy x
+trace: hit ratio over Belady's, p50/p99 of hits and of misses), JSON to ``--out``.
+
+``--simulate`` starts no server: it drives naiad's policy objects (naiad/repository/eviction.py) offline over
+seeded traces (eviction_replay.py) against Belady's MIN, LRU, LFU, classic GDSF and the A0 bound, in a second.
 
 Archive layout: a repository of one model, ``model_NN/config.pbtxt`` and ``model_NN/1/{model.py,weights.npy}``
 at the archive's top level. Archives are built once into ``--work-dir`` and reused while their parameters match.
@@ -26,6 +31,8 @@ at the archive's top level. Archives are built once into ``--work-dir`` and reus
     flock /tmp/naiad-bench.lock python benchmarks/sagemaker_mme.py --out /tmp/mme.json
     python benchmarks/sagemaker_mme.py --models 12 --requests 300 --threads 4 --weights-mb 4 --fit 4   # quick run
     python benchmarks/sagemaker_mme.py --self-check                                            # offline checks
+    python benchmarks/sagemaker_mme.py --simulate                     # the policies offline: Zipf 0.8/1.1/1.4, shift
+    python benchmarks/sagemaker_mme.py --traces zipf1.1,shift1.1 --policies gdsf,lru --skip-all-loaded  # live
 
 Needs boto3, moto (server mode), numpy, psutil and taskset. See benchmarks/README.md.
 """
@@ -652,7 +659,8 @@ def table(results: dict[str, Any]) -> str:
                       "server's counter (target >= 0.9)"),
         ("offline on the same trace", f"LRU {fmt(sim.get('lru'), '.3f')} ({fmt(opt.get('ratio_lru_offline'), '.3f')} "
                                       f"of Belady), LFU {fmt(sim.get('lfu'), '.3f')} "
-                                      f"({fmt(opt.get('ratio_lfu_offline'), '.3f')})"),
+                                      f"({fmt(opt.get('ratio_lfu_offline'), '.3f')}), GDSF "
+                                      f"{fmt(sim.get('gdsf'), '.3f')} ({fmt(opt.get('ratio_gdsf_offline'), '.3f')})"),
     ]
     for sample in cold:
         rows.append((f"cold load {sample['model']}", f"{fmt(sample['first_invoke_ms'], '.0f')} ms first invoke "
@@ -867,6 +875,29 @@ def self_check() -> None:
     assert belady_hits([3, 3, 3], 1) == 2 and lru_hits([], 3) == 0
     long = zipf_trace(40, 2_000, 1.1, 0)
     assert lru_hits(long, 40) == belady_hits(long, 40) == len(long) - len(set(long))
+    # naiad's policies replayed: never above the optimum, LRU's object is LRU; A0 and classic GDSF neither.
+    for _ in range(200):
+        small = [rng.randrange(6) for _ in range(rng.randrange(1, 40))]
+        for k in (1, 2, 3, 4):
+            best = belady_hits(small, k)
+            assert replay(LruPolicy(), small, [1] * 6, k, lambda _: 1.0) == lru_hits(small, k)
+            assert replay(GdsfPolicy(), small, [1] * 6, k, noisy_costs(1.0, 0.3, k)) <= best
+            assert oracle_hits(small, k, [(0, [1 / 6] * 6)]) <= best and gdsf_inflation_hits(small, k) <= best
+    # Sizes count: a budget of 3 holds the two small models or the big one.
+    assert replay(LruPolicy(), [0, 1, 2, 0, 1], [1, 1, 3], 3, lambda _: 1.0) == 0
+    assert replay(LruPolicy(), [0, 1, 0, 1], [1, 1, 3], 3, lambda _: 1.0) == 2
+    # The shifted trace: its first half is the Zipf trace, its second half favours other models.
+    shifted = shift_trace(40, 2_000, 1.4, 3)
+    assert shifted[:1000] == zipf_trace(40, 1000, 1.4, 3)
+    assert Counter(shifted[:1000]).most_common(1)[0][0] != Counter(shifted[1000:]).most_common(1)[0][0]
+    first, second = phases(40, 2_000, 1.4, 3, True)
+    assert second[0] == 1000 and max(first[1]) == max(second[1]) and first[1] != second[1]
+    assert abs(sum(first[1]) - 1) < 1e-9 and parse_trace("shift1.1") == ("shift", 1.1)
+    simulated = simulate(Args(**{**asdict(_fake_args()), "models": 12, "requests": 300, "fit": 4, "seeds": 2,
+                                 "traces": ["zipf1.1", "shift1.1"]}))
+    for ratios in simulated["traces"].values():
+        assert all(0 < r["min"] <= r["mean"] <= 1 for r in ratios.values()), ratios
+    print(simulation_table(simulated))
     # Percentiles and metrics parsing.
     assert percentile([1, 2, 3, 4, 5], 50) == 3 and percentile([], 99) is None
     assert abs(percentile(list(range(101)), 99) - 99) < 1e-9
@@ -905,6 +936,8 @@ def self_check() -> None:
     record = Record(0, 1, 0.0, 0.5, "ModelError 424: boom")
     assert errors_summary([record, Record(1, 1, 0, 0.1)])["failed"] == 1
     print("the report, rendered from made-up figures:\n" + text)
+    print(matrix_table([{"trace": "zipf1.1", "policy": "gdsf", "limited": results["limited"],
+                         "optimal": {**results["optimal"], "ratio_gdsf_offline": 0.9}}]))
     print("self-check: ok")
 
 
@@ -927,6 +960,10 @@ def _check_model(folder: Path, head: list[float]) -> None:
     responses = model.execute([Request()])
     out = pb_utils.get_output_tensor_by_name(responses[0], "OUTPUT0").as_numpy()
     assert np.allclose(out, np.asarray(INPUT, np.float32) + np.asarray(head, np.float32))
+
+
+def _fake_args() -> Args:
+    return parse_args([])[1]
 
 
 def _fake_results() -> dict[str, Any]:
