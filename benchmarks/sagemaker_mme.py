@@ -67,11 +67,11 @@ import psutil
 BENCH_DIR = Path(__file__).resolve().parent
 sys.path.insert(0, str(BENCH_DIR))
 sys.path.insert(0, str(BENCH_DIR.parent))
-from eviction_replay import (belady_hits, gdsf_inflation_hits, lfu_hits, lru_hits, noisy_costs, oracle_hits,  # noqa: E402
-                             phases, replay, shift_trace, zipf_trace)
+from eviction_replay import (belady_hits, gdsf_inflation_hits, lfu_hits, lru_hits,  # noqa: E402
+                             noisy_costs, oracle_hits, phases, replay, shift_trace, zipf_trace)
 from http_add_sub import PROJECT_DIR, Server, free_port, server_env, start, stop  # noqa: E402
 
-from naiad.repository.eviction import GdsfPolicy, LruPolicy  # noqa: E402
+from naiad.repository.eviction import POLICIES, GdsfPolicy, LruPolicy  # noqa: E402
 
 BUCKET = "naiad-bench"
 PREFIX = "mme/"
@@ -1031,15 +1031,21 @@ def parse_args(argv: list[str] | None = None) -> tuple[argparse.Namespace, Args]
     parser.add_argument("--out", type=Path, help="write the results as JSON here")
     ns = parser.parse_args(argv)
     args = Args(models=ns.models, requests=ns.requests, threads=ns.threads, weights_mb=ns.weights_mb,
-                zipf_s=ns.zipf_s, seed=ns.seed, fit=ns.fit if ns.fit is not None else 11.0 if ns.simulate else 8.0, cold_samples=max(1, ns.cold_samples),
+                zipf_s=ns.zipf_s, seed=ns.seed, fit=ns.fit if ns.fit is not None else 11.0 if ns.simulate else 8.0,
+                cold_samples=max(1, ns.cold_samples),
                 sample_interval=ns.sample_interval, metrics_interval=ns.metrics_interval,
                 server_cpu=None if ns.no_pin else ns.server_cpu, load_cpu=None if ns.no_pin else ns.load_cpu,
                 work_dir=ns.work_dir, out=ns.out, data=ns.data, skip_all_loaded=ns.skip_all_loaded,
                 serial_requests=ns.serial_requests, policies=ns.policies.split(","), seeds=ns.seeds,
                 traces=(ns.traces or ("zipf0.8,zipf1.1,zipf1.4,shift1.1" if ns.simulate else f"zipf{ns.zipf_s:g}")
                         ).split(","))
-    for spec in args.traces:
-        parse_trace(spec)
+    try:
+        for spec in args.traces:
+            parse_trace(spec)
+    except ValueError as exc:
+        parser.error(str(exc))
+    if not set(args.policies) <= set(POLICIES):
+        parser.error(f"--policies: expected some of {', '.join(POLICIES)}, got {ns.policies}")
     return ns, args
 
 

@@ -7,8 +7,8 @@ Two policies behind one small interface, keyed by model name:
           smoothed over its loads; size is the memory it holds, measured when a victim is chosen. The frequency
           counts a model's requests, each weighted by how recent it is (it halves every ``half_life`` requests
           to the cache): that is what ages a model whose popularity has passed. GDSF's own aging, an inflation
-          value ``L`` added to a model's priority when it is used, behaves like recency and cost 0.04 to 0.07 of
-          the optimum on stationary Zipf traces (``benchmarks/sagemaker_mme.py --simulate`` shows it as
+          value ``L`` added to a model's priority when it is used, behaves like recency and cost 0.02 to 0.05 of
+          the optimum on Zipf traces (``benchmarks/sagemaker_mme.py --simulate`` shows it as
           ``gdsf-L``). A model's history outlives its eviction, so a model that comes back is judged on all its
           requests, as TinyLFU's admission does, and is forgotten once what is left of it is negligible.
 ``lru``   least recently used.
