@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""SageMaker multi-model endpoint under a memory budget: on-demand loads from S3 archives and LRU eviction.
+"""SageMaker multi-model endpoint under a memory budget: on-demand loads from S3 archives and eviction.
 
 naiad serves a multi-model endpoint (``SAGEMAKER_MULTI_MODEL=true``) whose ``--sagemaker-model-data-url`` is an
 ``s3://`` prefix on a loopback moto server (tests/s3.py) holding ``--models`` archives of a Python model that
@@ -14,11 +14,16 @@ Two servers run, one after the other:
               request is a cache hit.
   limited     ``--model-memory-limit`` = ``--fit`` x that footprint; the same trace from a fresh start, the
               server's process tree memory sampled every ``--sample-interval`` seconds and its metrics every
-              ``--metrics-interval`` seconds.
+              ``--metrics-interval`` seconds. One limited run per ``--traces`` x ``--policies`` (each a
+              ``--sagemaker-eviction-policy``), each from a fresh start.
 
 Reported: failed requests, memory peaks against the limit, the hit ratio against the Belady-optimal hit ratio
 of the same trace (computed offline, in the order requests were issued), the cold-load time, and the p50/p99
-of cache hits against the all-loaded endpoint. A table goes to stdout, JSON to ``--out``.
+of cache hits against the all-loaded endpoint. A table goes to stdout, then one line per limited run (policy x
+trace: hit ratio over Belady's, p50/p99 of hits and of misses), JSON to ``--out``.
+
+``--simulate`` starts no server: it drives naiad's policy objects (naiad/repository/eviction.py) offline over
+seeded traces (eviction_replay.py) against Belady's MIN, LRU, LFU, classic GDSF and the A0 bound, in a second.
 
 Archive layout: a repository of one model, ``model_NN/config.pbtxt`` and ``model_NN/1/{model.py,weights.npy}``
 at the archive's top level. Archives are built once into ``--work-dir`` and reused while their parameters match.
@@ -26,6 +31,8 @@ at the archive's top level. Archives are built once into ``--work-dir`` and reus
     flock /tmp/naiad-bench.lock python benchmarks/sagemaker_mme.py --out /tmp/mme.json
     python benchmarks/sagemaker_mme.py --models 12 --requests 300 --threads 4 --weights-mb 4 --fit 4   # quick run
     python benchmarks/sagemaker_mme.py --self-check                                            # offline checks
+    python benchmarks/sagemaker_mme.py --simulate                     # the policies offline: Zipf 0.8/1.1/1.4, shift
+    python benchmarks/sagemaker_mme.py --traces zipf1.1,shift1.1 --policies gdsf,lru --skip-all-loaded  # live
 
 Needs boto3, moto (server mode), numpy, psutil and taskset. See benchmarks/README.md.
 """
@@ -49,7 +56,7 @@ import tempfile
 import threading
 import time
 import urllib.request
-from collections import Counter, OrderedDict
+from collections import Counter
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any, Callable
@@ -60,7 +67,11 @@ import psutil
 BENCH_DIR = Path(__file__).resolve().parent
 sys.path.insert(0, str(BENCH_DIR))
 sys.path.insert(0, str(BENCH_DIR.parent))
+from eviction_replay import (belady_hits, gdsf_inflation_hits, lfu_hits, lru_hits,  # noqa: E402
+                             noisy_costs, oracle_hits, phases, replay, shift_trace, zipf_trace)
 from http_add_sub import PROJECT_DIR, Server, free_port, server_env, start, stop  # noqa: E402
+
+from naiad.repository.eviction import POLICIES, GdsfPolicy, LruPolicy  # noqa: E402
 
 BUCKET = "naiad-bench"
 PREFIX = "mme/"
@@ -107,67 +118,6 @@ def model_name(index: int) -> str:
 
 def target(index: int) -> str:
     return f"{model_name(index)}.tar.gz"
-
-
-def zipf_trace(models: int, requests: int, s: float, seed: int) -> list[int]:
-    """``requests`` model indices, P(rank r) ~ r^-s; which model holds which rank is a seeded shuffle."""
-    rng = np.random.default_rng(seed)
-    weights = np.arange(1, models + 1, dtype=np.float64) ** -s
-    ranks = rng.choice(models, size=requests, p=weights / weights.sum())
-    by_rank = rng.permutation(models)
-    return [int(by_rank[r]) for r in ranks]
-
-
-def belady_hits(trace: list[int], k: int) -> int:
-    """Hits of Belady's MIN: on a miss with a full cache, evict the model used again farthest in the future.
-    Every miss loads (a request is served from a loaded model), which is how the endpoint works."""
-    never = len(trace)
-    following = [never] * len(trace)
-    seen: dict[int, int] = {}
-    for i in range(len(trace) - 1, -1, -1):
-        following[i] = seen.get(trace[i], never)
-        seen[trace[i]] = i
-    cache: dict[int, int] = {}  # model -> its next use
-    hits = 0
-    for i, item in enumerate(trace):
-        if item in cache:
-            hits += 1
-        elif len(cache) >= k:
-            del cache[max(cache, key=cache.__getitem__)]
-        cache[item] = following[i]
-    return hits
-
-
-def lru_hits(trace: list[int], k: int) -> int:
-    cache: OrderedDict[int, None] = OrderedDict()
-    hits = 0
-    for item in trace:
-        if item in cache:
-            hits += 1
-            cache.move_to_end(item)
-            continue
-        if len(cache) >= k:
-            cache.popitem(last=False)
-        cache[item] = None
-    return hits
-
-
-def lfu_hits(trace: list[int], k: int) -> int:
-    """LFU with counts over the whole history, ties to the least recent; every miss loads (no bypass)."""
-    counts: Counter[int] = Counter()
-    last: dict[int, int] = {}
-    cache: set[int] = set()
-    hits = 0
-    for i, item in enumerate(trace):
-        counts[item] += 1
-        if item in cache:
-            hits += 1
-        else:
-            if len(cache) >= k:
-                cache.remove(min(cache, key=lambda m: (counts[m], last[m])))
-            cache.add(item)
-        last[item] = i
-    return hits
 
 
 def percentile(values: list[float], q: float) -> float | None:
@@ -374,7 +324,7 @@ class Endpoint:
 
 
 def start_endpoint(work: Path, label: str, data_url: str, env: dict[str, str], limit: int | None, cpu: int | None,
-                   timeout: float = 120.0) -> Endpoint:
+                   timeout: float = 120.0, extra: tuple[str, ...] = ()) -> Endpoint:
     root = work / f"models-{label}"
     shutil.rmtree(root, ignore_errors=True)
     empty = work / "empty-repository"
@@ -386,6 +336,7 @@ def start_endpoint(work: Path, label: str, data_url: str, env: dict[str, str], l
             "--sagemaker-models-root", str(root), "--sagemaker-model-data-url", data_url]
     if limit is not None:
         argv += ["--model-memory-limit", str(limit)]
+    argv += extra
     log_path = work / f"server-{label}.log"
     server = Server(f"naiad-{label}", argv, port, PROJECT_DIR, {**env, "SAGEMAKER_MULTI_MODEL": "true"})
     # Pinned, the workers the server starts inherit its core.
@@ -507,6 +458,9 @@ class Args:
     data: str
     skip_all_loaded: bool
     serial_requests: int
+    traces: list[str]  # what the limited runs replay: zipf<s> or shift<s> (the ranks dealt again halfway)
+    policies: list[str]  # --sagemaker-eviction-policy of the limited runs
+    seeds: int  # --simulate: seeds per trace
 
 
 def say(message: str) -> None:
@@ -587,8 +541,9 @@ def all_loaded_run(args: Args, data_url: str, env: dict[str, str], trace: list[i
 
 
 def limited_run(args: Args, data_url: str, env: dict[str, str], trace: list[int], heads: dict[int, list[float]],
-                limit: int, miss_threshold: float) -> dict[str, Any]:
-    endpoint = start_endpoint(args.work_dir, "limited", data_url, env, limit, args.server_cpu)
+                limit: int, miss_threshold: float, policy: str = "gdsf") -> dict[str, Any]:
+    endpoint = start_endpoint(args.work_dir, "limited", data_url, env, limit, args.server_cpu,
+                              extra=("--sagemaker-eviction-policy", policy))
     try:
         # The idle baseline after one load and unload: the server's own one-time growth (its S3 client, the
         # archive code) is then in it, and what the tree grows by during the run is the models'.
@@ -603,7 +558,7 @@ def limited_run(args: Args, data_url: str, env: dict[str, str], trace: list[int]
         sampler = TreeSampler(endpoint.proc.pid, args.sample_interval)
         poller = MetricsPoller(endpoint.metrics_port, args.metrics_interval)
         before = scrape(endpoint.metrics_port)
-        say(f"limited: limit {mib(limit)}; replaying {len(trace)} requests from {args.threads} threads")
+        say(f"limited ({policy}): limit {mib(limit)}; replaying {len(trace)} requests from {args.threads} threads")
         sampler.start()
         poller.start()
         started = time.perf_counter()
@@ -622,7 +577,8 @@ def limited_run(args: Args, data_url: str, env: dict[str, str], trace: list[int]
     fast = [r for r in ok if r.latency < miss_threshold]
     models_peak = peaks["max_tree"] - base_tree
     return {
-        "limit_bytes": limit, "duration_s": duration, "requests": len(records), **errors_summary(records),
+        "policy": policy, "limit_bytes": limit, "duration_s": duration, "requests": len(records),
+        **errors_summary(records),
         "invocations": delta(after, before, "sagemaker_invocations_total"),
         "cache_hits": hits, "cache_misses": misses, "loads": loads,
         "evictions": delta(after, before, "sagemaker_model_evictions_total"),
@@ -652,9 +608,11 @@ def limited_run(args: Args, data_url: str, env: dict[str, str], trace: list[int]
 
 
 def offline(trace: list[int], ks: list[int]) -> dict[str, dict[str, float]]:
-    """Hit ratios of Belady's MIN, LRU and LFU on the issued trace for each cache capacity in ``ks``."""
+    """Hit ratios of Belady's MIN, LRU, LFU and naiad's GDSF (equal sizes and load times) on the issued trace
+    for each cache capacity in ``ks``."""
     n = len(trace)
-    return {str(k): {"belady": belady_hits(trace, k) / n, "lru": lru_hits(trace, k) / n, "lfu": lfu_hits(trace, k) / n}
+    return {str(k): {"belady": belady_hits(trace, k) / n, "lru": lru_hits(trace, k) / n, "lfu": lfu_hits(trace, k) / n,
+                     "gdsf": replay(GdsfPolicy(), trace, [1] * (max(trace, default=0) + 1), k, lambda _: 1.0) / n}
             for k in ks}
 
 
@@ -701,7 +659,8 @@ def table(results: dict[str, Any]) -> str:
                       "server's counter (target >= 0.9)"),
         ("offline on the same trace", f"LRU {fmt(sim.get('lru'), '.3f')} ({fmt(opt.get('ratio_lru_offline'), '.3f')} "
                                       f"of Belady), LFU {fmt(sim.get('lfu'), '.3f')} "
-                                      f"({fmt(opt.get('ratio_lfu_offline'), '.3f')})"),
+                                      f"({fmt(opt.get('ratio_lfu_offline'), '.3f')}), GDSF "
+                                      f"{fmt(sim.get('gdsf'), '.3f')} ({fmt(opt.get('ratio_gdsf_offline'), '.3f')})"),
     ]
     for sample in cold:
         rows.append((f"cold load {sample['model']}", f"{fmt(sample['first_invoke_ms'], '.0f')} ms first invoke "
@@ -732,17 +691,49 @@ def upload(data_dir: Path, models: int, s3: Any) -> None:
         s3.upload_file(str(data_dir / target(index)), BUCKET, PREFIX + target(index))
 
 
+def make_trace(spec: str, models: int, requests: int, seed: int) -> list[int]:
+    """``zipf<s>``: a Zipf trace; ``shift<s>``: one whose ranks are dealt again halfway."""
+    kind, s = parse_trace(spec)
+    return (shift_trace if kind == "shift" else zipf_trace)(models, requests, s, seed)
+
+
+def parse_trace(spec: str) -> tuple[str, float]:
+    match = re.fullmatch(r"(zipf|shift)(\d+(?:\.\d+)?)", spec)
+    if match is None:
+        raise ValueError(f"unknown trace '{spec}': expected zipf<s> or shift<s>, e.g. zipf1.1")
+    return match.group(1), float(match.group(2))
+
+
+def optimal(trace: list[int], limited: dict[str, Any], limit: int, footprint: int, models: int) -> dict[str, Any]:
+    nominal = min(models, max(1, limit // footprint))
+    k = max(nominal, int(limited["max_loaded_models"] or 0))  # the larger k: the higher (stricter) optimum
+    by_k = offline(trace, sorted({nominal, k, max(1, k - 1), k + 1}))
+    optimum = by_k[str(k)]["belady"]
+    return {
+        "k": k, "k_nominal": nominal, "by_k": by_k,
+        # Belady's hit ratio is 1 - loads/requests of a serial replay; the server's own counter also calls a
+        # miss every request that waited on a load another request had started (a "delayed hit").
+        "ratio_fetch": limited["hit_ratio_loads"] / optimum if optimum else None,
+        "ratio_strict": limited["hit_ratio"] / optimum if limited["hit_ratio"] is not None and optimum else None,
+        "ratio_lru_offline": by_k[str(k)]["lru"] / optimum if optimum else None,
+        "ratio_lfu_offline": by_k[str(k)]["lfu"] / optimum if optimum else None,
+        "ratio_gdsf_offline": by_k[str(k)]["gdsf"] / optimum if optimum else None,
+    }
+
+
 def run(args: Args) -> dict[str, Any]:
     if args.load_cpu is not None:
         os.sched_setaffinity(0, {args.load_cpu})  # the clients, and moto, which inherits it
     data_dir = args.work_dir / f"archives-{args.weights_mb:g}mb-seed{args.seed}"  # quick runs keep the default set
     heads = build_archives(data_dir, args.models, args.weights_mb, args.seed, say)
-    trace = zipf_trace(args.models, args.requests, args.zipf_s, args.seed)
+    traces = {spec: make_trace(spec, args.models, args.requests, args.seed) for spec in args.traces}
+    trace = traces[args.traces[0]]
     config = {**{k: str(v) if isinstance(v, Path) else v for k, v in asdict(args).items()},
               "layout": "repository of one model: model_NN/config.pbtxt, model_NN/1/{model.py,weights.npy}",
               "trace_distinct_models": len(set(trace)),
               "trace_top": Counter(trace).most_common(8)}
     s3_server = None
+    runs: list[dict[str, Any]] = []
     try:
         if args.data == "s3":
             from tests.s3 import S3Server
@@ -760,25 +751,78 @@ def run(args: Args) -> dict[str, Any]:
         fastest_cold = min(c["first_invoke_ms"] for c in results["cold_load"]) / 1e3
         # A hit answers in milliseconds; a miss costs at least a download, an extraction and a worker start.
         threshold = max(0.05, fastest_cold / 2)
-        results["limited"] = limited_run(args, data_url, env, trace, heads, limit, threshold)
+        for spec, replayed in traces.items():
+            for policy in args.policies:
+                limited = limited_run(args, data_url, env, replayed, heads, limit, threshold, policy)
+                runs.append({"trace": spec, "policy": policy, "limited": limited,
+                             "optimal": optimal(replayed, limited, limit, footprint, args.models)})
     finally:
         if s3_server is not None:
             s3_server.stop()
-    limited = results["limited"]
-    nominal = min(args.models, max(1, limit // footprint))
-    k = max(nominal, int(limited["max_loaded_models"] or 0))  # the larger k: the higher (stricter) optimum
-    by_k = offline(trace, sorted({nominal, k, max(1, k - 1), k + 1}))
-    optimum = by_k[str(k)]["belady"]
-    results["optimal"] = {
-        "k": k, "k_nominal": nominal, "by_k": by_k,
-        # Belady's hit ratio is 1 - loads/requests of a serial replay; the server's own counter also calls a
-        # miss every request that waited on a load another request had started (a "delayed hit").
-        "ratio_fetch": limited["hit_ratio_loads"] / optimum if optimum else None,
-        "ratio_strict": limited["hit_ratio"] / optimum if limited["hit_ratio"] is not None and optimum else None,
-        "ratio_lru_offline": by_k[str(k)]["lru"] / optimum if optimum else None,
-        "ratio_lfu_offline": by_k[str(k)]["lfu"] / optimum if optimum else None,
-    }
+    results["runs"] = runs
+    results["limited"], results["optimal"] = runs[0]["limited"], runs[0]["optimal"]
     return results
+
+
+def matrix_table(runs: list[dict[str, Any]]) -> str:
+    """The live runs: policy x trace -> hit ratio against Belady, hits' and misses' latency."""
+    header = ("trace", "policy", "hits/Belady", "(counter)", "offline", "hits p50/p99 ms", "misses p50/p99 ms",
+              "failed")
+    rows = [header]
+    for r in runs:
+        limited, opt = r["limited"], r["optimal"]
+        hits, misses = limited.get("latency_hits", {}), limited.get("latency_misses", {})
+        rows.append((r["trace"], r["policy"], fmt(opt.get("ratio_fetch"), ".3f"), fmt(opt.get("ratio_strict"), ".3f"),
+                     fmt(opt.get(f"ratio_{r['policy']}_offline"), ".3f"),
+                     f"{fmt(hits.get('p50_ms'), '.1f')} / {fmt(hits.get('p99_ms'), '.1f')}",
+                     f"{fmt(misses.get('p50_ms'), '.0f')} / {fmt(misses.get('p99_ms'), '.0f')}",
+                     str(limited.get("failed"))))
+    widths = [max(len(row[i]) for row in rows) for i in range(len(header))]
+    return "\n".join("  ".join(cell.ljust(width) for cell, width in zip(row, widths)) for row in rows)
+
+
+# --- simulation: the policy objects driven offline ------------------------------------------------------------------
+
+SIMULATED = ("gdsf", "lru", "lfu", "gdsf-L", "A0")
+
+
+def simulate(args: Args) -> dict[str, Any]:
+    """Every trace over ``args.seeds`` seeds: each policy's hits over Belady's. Models of equal size (``--fit``
+    of them fit, Belady's MIN over that many slots is then the optimum) and load times of 0.5 s, each load off
+    by a log-normal factor (sigma 0.3) as measured load times are."""
+    k = int(args.fit)
+    sizes = [1 << 20] * args.models
+    results: dict[str, Any] = {"k": k, "models": args.models, "requests": args.requests, "seeds": args.seeds,
+                               "traces": {}}
+    for spec in args.traces:
+        kind, s = parse_trace(spec)
+        ratios: dict[str, list[float]] = {name: [] for name in SIMULATED}
+        for seed in range(args.seed, args.seed + args.seeds):
+            trace = make_trace(spec, args.models, args.requests, seed)
+            best = belady_hits(trace, k)
+            known = phases(args.models, args.requests, s, seed, kind == "shift")
+            hits = {"gdsf": replay(GdsfPolicy(), trace, sizes, k << 20, noisy_costs(0.5, 0.3, seed)),
+                    "lru": replay(LruPolicy(), trace, sizes, k << 20, noisy_costs(0.5, 0.3, seed)),
+                    "lfu": lfu_hits(trace, k), "gdsf-L": gdsf_inflation_hits(trace, k),
+                    "A0": oracle_hits(trace, k, known)}
+            for name, value in hits.items():
+                ratios[name].append(value / best)
+        results["traces"][spec] = {name: {"mean": statistics.fmean(v), "min": min(v), "max": max(v)}
+                                   for name, v in ratios.items()}
+    return results
+
+
+def simulation_table(results: dict[str, Any]) -> str:
+    traces = list(results["traces"])
+    lines = [f"hits / Belady's hits, mean (min) over {results['seeds']} seeds; {results['models']} models, "
+             f"{results['requests']} requests, {results['k']} resident",
+             "policy   " + "".join(f"{spec:>16}" for spec in traces)]
+    for name in SIMULATED:
+        cells = [results["traces"][spec][name] for spec in traces]
+        lines.append(f"{name:<9}" + "".join(f"{c['mean']:>9.3f} ({c['min']:.3f})" for c in cells))
+    lines.append("gdsf: naiad's default; lru: naiad's --sagemaker-eviction-policy=lru; lfu: whole-history counts; "
+                 "gdsf-L: classic GDSF (inflation L); A0: knows the true probabilities (the online bound)")
+    return "\n".join(lines)
 
 
 # --- offline checks -------------------------------------------------------------------------------------------------
@@ -831,6 +875,29 @@ def self_check() -> None:
     assert belady_hits([3, 3, 3], 1) == 2 and lru_hits([], 3) == 0
     long = zipf_trace(40, 2_000, 1.1, 0)
     assert lru_hits(long, 40) == belady_hits(long, 40) == len(long) - len(set(long))
+    # naiad's policies replayed: never above the optimum, LRU's object is LRU; A0 and classic GDSF neither.
+    for _ in range(200):
+        small = [rng.randrange(6) for _ in range(rng.randrange(1, 40))]
+        for k in (1, 2, 3, 4):
+            best = belady_hits(small, k)
+            assert replay(LruPolicy(), small, [1] * 6, k, lambda _: 1.0) == lru_hits(small, k)
+            assert replay(GdsfPolicy(), small, [1] * 6, k, noisy_costs(1.0, 0.3, k)) <= best
+            assert oracle_hits(small, k, [(0, [1 / 6] * 6)]) <= best and gdsf_inflation_hits(small, k) <= best
+    # Sizes count: a budget of 3 holds the two small models or the big one.
+    assert replay(LruPolicy(), [0, 1, 2, 0, 1], [1, 1, 3], 3, lambda _: 1.0) == 0
+    assert replay(LruPolicy(), [0, 1, 0, 1], [1, 1, 3], 3, lambda _: 1.0) == 2
+    # The shifted trace: its first half is the Zipf trace, its second half favours other models.
+    shifted = shift_trace(40, 2_000, 1.4, 3)
+    assert shifted[:1000] == zipf_trace(40, 1000, 1.4, 3)
+    assert Counter(shifted[:1000]).most_common(1)[0][0] != Counter(shifted[1000:]).most_common(1)[0][0]
+    first, second = phases(40, 2_000, 1.4, 3, True)
+    assert second[0] == 1000 and max(first[1]) == max(second[1]) and first[1] != second[1]
+    assert abs(sum(first[1]) - 1) < 1e-9 and parse_trace("shift1.1") == ("shift", 1.1)
+    simulated = simulate(Args(**{**asdict(_fake_args()), "models": 12, "requests": 300, "fit": 4, "seeds": 2,
+                                 "traces": ["zipf1.1", "shift1.1"]}))
+    for ratios in simulated["traces"].values():
+        assert all(0 < r["min"] <= r["mean"] <= 1 for r in ratios.values()), ratios
+    print(simulation_table(simulated))
     # Percentiles and metrics parsing.
     assert percentile([1, 2, 3, 4, 5], 50) == 3 and percentile([], 99) is None
     assert abs(percentile(list(range(101)), 99) - 99) < 1e-9
@@ -869,6 +936,8 @@ def self_check() -> None:
     record = Record(0, 1, 0.0, 0.5, "ModelError 424: boom")
     assert errors_summary([record, Record(1, 1, 0, 0.1)])["failed"] == 1
     print("the report, rendered from made-up figures:\n" + text)
+    print(matrix_table([{"trace": "zipf1.1", "policy": "gdsf", "limited": results["limited"],
+                         "optimal": {**results["optimal"], "ratio_gdsf_offline": 0.9}}]))
     print("self-check: ok")
 
 
@@ -891,6 +960,10 @@ def _check_model(folder: Path, head: list[float]) -> None:
     responses = model.execute([Request()])
     out = pb_utils.get_output_tensor_by_name(responses[0], "OUTPUT0").as_numpy()
     assert np.allclose(out, np.asarray(INPUT, np.float32) + np.asarray(head, np.float32))
+
+
+def _fake_args() -> Args:
+    return parse_args([])[1]
 
 
 def _fake_results() -> dict[str, Any]:
@@ -929,8 +1002,9 @@ def parse_args(argv: list[str] | None = None) -> tuple[argparse.Namespace, Args]
     parser.add_argument("--weights-mb", type=float, default=30.0, help="each model's weights (MiB of float32)")
     parser.add_argument("--zipf-s", type=float, default=1.1)
     parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--fit", type=float, default=8.0,
-                        help="the memory limit in loaded models: this many times one model's worker PSS")
+    parser.add_argument("--fit", type=float,
+                        help="the memory limit in loaded models: this many times one model's worker PSS "
+                             "(default 8; --simulate: 11, the issue's 600 MB over ~55 MB models)")
     parser.add_argument("--cold-samples", type=int, default=3, help="models whose first invoke is timed alone")
     parser.add_argument("--sample-interval", type=float, default=0.05, help="process tree memory, seconds")
     parser.add_argument("--metrics-interval", type=float, default=0.5, help="/metrics scrapes, seconds")
@@ -944,14 +1018,34 @@ def parse_args(argv: list[str] | None = None) -> tuple[argparse.Namespace, Args]
     parser.add_argument("--serial-requests", type=int, default=500,
                         help="requests of the trace replayed again from one client on the all-loaded endpoint")
     parser.add_argument("--work-dir", type=Path, default=Path(tempfile.gettempdir()) / "naiad-sagemaker-mme")
+    parser.add_argument("--traces", default="",
+                        help="comma-separated traces for the limited runs / --simulate: zipf<s> (e.g. zipf1.1) or "
+                             "shift<s> (the ranks dealt again halfway); default: zipf<--zipf-s>, or with "
+                             "--simulate zipf0.8,zipf1.1,zipf1.4,shift1.1")
+    parser.add_argument("--policies", default="gdsf",
+                        help="comma-separated --sagemaker-eviction-policy values: one limited run per trace each")
+    parser.add_argument("--simulate", action="store_true",
+                        help="no server: drive naiad's policy objects offline over the traces against Belady, LFU, "
+                             "classic GDSF and the A0 bound; --fit is then the number of models resident")
+    parser.add_argument("--seeds", type=int, default=10, help="--simulate: seeds per trace")
     parser.add_argument("--out", type=Path, help="write the results as JSON here")
     ns = parser.parse_args(argv)
     args = Args(models=ns.models, requests=ns.requests, threads=ns.threads, weights_mb=ns.weights_mb,
-                zipf_s=ns.zipf_s, seed=ns.seed, fit=ns.fit, cold_samples=max(1, ns.cold_samples),
+                zipf_s=ns.zipf_s, seed=ns.seed, fit=ns.fit if ns.fit is not None else 11.0 if ns.simulate else 8.0,
+                cold_samples=max(1, ns.cold_samples),
                 sample_interval=ns.sample_interval, metrics_interval=ns.metrics_interval,
                 server_cpu=None if ns.no_pin else ns.server_cpu, load_cpu=None if ns.no_pin else ns.load_cpu,
                 work_dir=ns.work_dir, out=ns.out, data=ns.data, skip_all_loaded=ns.skip_all_loaded,
-                serial_requests=ns.serial_requests)
+                serial_requests=ns.serial_requests, policies=ns.policies.split(","), seeds=ns.seeds,
+                traces=(ns.traces or ("zipf0.8,zipf1.1,zipf1.4,shift1.1" if ns.simulate else f"zipf{ns.zipf_s:g}")
+                        ).split(","))
+    try:
+        for spec in args.traces:
+            parse_trace(spec)
+    except ValueError as exc:
+        parser.error(str(exc))
+    if not set(args.policies) <= set(POLICIES):
+        parser.error(f"--policies: expected some of {', '.join(POLICIES)}, got {ns.policies}")
     return ns, args
 
 
@@ -960,9 +1054,16 @@ def main(argv: list[str] | None = None) -> int:
     if ns.self_check:
         self_check()
         return 0
+    if ns.simulate:
+        simulated = simulate(args)
+        print(simulation_table(simulated))
+        if args.out is not None:
+            args.out.write_text(json.dumps(simulated, indent=1))
+        return 0
     args.work_dir.mkdir(parents=True, exist_ok=True)
     results = run(args)
     print(table(results))
+    print(matrix_table(results["runs"]))
     if args.out is not None:
         args.out.write_text(json.dumps(results, indent=1))
         say(f"results written to {args.out}")

@@ -26,6 +26,7 @@ from naiad.frontends.sagemaker.options import SageMakerOptions
 from naiad.repository.consent import FLAG as CODE_FLAG
 from naiad.repository.consent import startup_warning as code_upload_warning
 from naiad.repository.control import ModelControl
+from naiad.repository.eviction import make_policy
 from naiad.repository.manager import ModelRepository, RepositoryOptions
 from naiad.repository.memory import parse_size
 from naiad.repository.residency import Residency
@@ -138,7 +139,7 @@ class Server:
 
             fetch = ModelDataSource(sagemaker.model_data_url).fetch
         return Residency(repository, control, sagemaker.models_root, limit, fetch, sagemaker.model_data_url,
-                         options.archive_limits)
+                         options.archive_limits, make_policy(sagemaker.eviction_policy))
 
     def _check_repositories(self) -> InferError | None:
         """Triton refuses to create a server on a repository path that is not a folder."""

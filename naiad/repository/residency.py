@@ -3,7 +3,8 @@
 Triton's part: a model is loaded from a folder under the models root (``<root>/<key>/model``) under a key
 SageMaker chose (``model_name``), served under the target model's name, listed, and unloaded with its
 repository. The platform's part, which naiad does in the server: archives fetched on demand from the model
-data url, and least-recently-used models unloaded before a load that would not fit the memory limit.
+data url, and models unloaded before a load that would not fit the memory limit, in the order the eviction
+policy gives (eviction.py: GDSF by default, or LRU).
 
 Loads and evictions run one at a time (memory accounting needs a settled picture); cache hits never wait.
 
@@ -30,6 +31,7 @@ from naiad.config.ensemble import ENSEMBLE_PLATFORM
 from naiad.config.loader import load_config
 from naiad.core.errors import Code, InferError, invalid, not_found
 from naiad.repository.control import ModelControl
+from naiad.repository.eviction import DEFAULT_POLICY, EvictionPolicy, make_policy
 from naiad.repository.layout import model_dirs
 from naiad.repository.manager import ModelRepository
 from naiad.repository.memory import format_size, own_rss, processes_memory
@@ -108,7 +110,7 @@ class ResidencyStats:
 class Residency:
     def __init__(self, repository: ModelRepository, control: ModelControl, models_root: Path,
                  memory_limit: int | None = None, fetch: Fetch | None = None, source_url: str = "",
-                 archive_limits: tuple[int, int] | None = None) -> None:
+                 archive_limits: tuple[int, int] | None = None, policy: EvictionPolicy | None = None) -> None:
         self.repository = repository
         self.control = control
         self.models_root = Path(os.path.abspath(models_root))
@@ -126,6 +128,8 @@ class Residency:
         self.link_roots: list[Path] = []
         self._path = re.compile(rf"({re.escape(str(self.models_root))}/[0-9A-Za-z._]+)/(model)/?([0-9A-Za-z._]+)?")
         self.stats = ResidencyStats()
+        self.policy = policy or make_policy(DEFAULT_POLICY)
+        self._counted = ""  # the target hit() just counted: the same request's touch() is not a second use
 
     # --- Triton's multi-model API ------------------------------------------------------------------------------
 
@@ -182,7 +186,7 @@ class Residency:
         async with self._lock:
             return await self._load(key, url, target, folder)
 
-    async def _load(self, key: str, url: str, target: str, folder: Path | None) -> Resident:
+    async def _load(self, key: str, url: str, target: str, folder: Path | None, fetched: float = 0.0) -> Resident:
         repository, model_folder = self.locate(url, target)
         if key in self.models:
             raise InferError(f"model repository '{repository}' has already been registered", Code.ALREADY_EXISTS)
@@ -199,7 +203,8 @@ class Residency:
         except BaseException:
             await self._discard(repository, [target])
             raise
-        self.stats.loading.add(time.perf_counter() - started)
+        loading = time.perf_counter() - started
+        self.stats.loading.add(loading)
         resident = Resident(key, str(repository), repository, target, folder,
                             in_process=max(0, own_rss() - before), last_used=time.monotonic())
         resident.names = [n for n, e in self.repository.models.items()
@@ -212,6 +217,7 @@ class Residency:
             raise InferError(self._too_big(target, resident.memory), Code.INVALID_ARG)
         self.models[key] = resident
         self._by_name[target] = resident
+        self.policy.admit(target, fetched + loading)  # what a miss on it costs: download, extraction, load
         log.info("loaded SageMaker model '%s' (key %s): %s%s", target, key, format_size(resident.memory),
                  f", {format_size(self.used())} of {format_size(self.memory_limit)} in use"
                  if self.memory_limit is not None else "")
@@ -233,6 +239,9 @@ class Residency:
         if resident is None:
             return False
         resident.last_used = time.monotonic()
+        counted, self._counted = self._counted, ""
+        if name != counted:
+            self.policy.access(name)
         return True
 
     # --- the platform's part: on-demand loading ----------------------------------------------------------------
@@ -241,6 +250,7 @@ class Residency:
         """A cache hit: ``target`` is loaded and ready; it is marked used now and counted."""
         if self.touch(target) and self.repository.is_ready(target):
             self.stats.cache_hits += 1
+            self._counted = target  # the request's touch() when it is submitted follows at once
             return True
         return False
 
@@ -307,7 +317,8 @@ class Residency:
                     # Download plus extraction, not the wait for the lock between them.
                     self.stats.downloading.add(fetched + time.perf_counter() - extracting)
                     log.info("fetched '%s' (%s) into %s", target, format_size(size), folder)
-                    await self._load(key, str(folder / "model"), target, folder)
+                    await self._load(key, str(folder / "model"), target, folder,
+                                     fetched + time.perf_counter() - extracting)
                 except BaseException:
                     if key not in self.models:
                         shutil.rmtree(folder, ignore_errors=True)
@@ -345,8 +356,8 @@ class Residency:
                 f"{format_size(self.memory_limit or 0)} (--model-memory-limit)")
 
     async def _make_room(self, need: int, keep: str) -> None:
-        """Unload least-recently-used models until ``need`` more bytes fit under the limit. A model that is
-        busy goes after the idle ones; its requests finish before it is finalized either way."""
+        """Unload models in the eviction policy's order until ``need`` more bytes fit under the limit. A model
+        that is busy goes after the idle ones; its requests finish before it is finalized either way."""
         if self.memory_limit is None:
             return
         self.refresh()
@@ -354,9 +365,10 @@ class Residency:
             victims = [r for r in self.models.values() if r.key != keep]
             if not victims:
                 return
-            victim = min(victims, key=lambda r: (self._busy(r), r.last_used))
-            log.info("evicting '%s' (%s, least recently used) to fit %s under the limit of %s", victim.target,
-                     format_size(victim.memory), format_size(need), format_size(self.memory_limit))
+            victim = min(victims, key=lambda r: (self._busy(r), self.policy.priority(r.target, r.memory)))
+            log.info("evicting '%s' (%s, %s) to fit %s under the limit of %s", victim.target,
+                     format_size(victim.memory), self.policy.describes, format_size(need),
+                     format_size(self.memory_limit))
             await self._unload(victim)
             self.stats.evictions += 1
             self.stats.last_evicted = [*self.stats.last_evicted[-19:], (time.time(), victim.target)]
@@ -371,6 +383,7 @@ class Residency:
         started = time.perf_counter()
         self._by_name.pop(resident.target, None)
         self.models.pop(resident.key, None)
+        self.policy.removed(resident.target)
         await self._discard(resident.repository, resident.names)
         if resident.folder is not None:
             shutil.rmtree(resident.folder, ignore_errors=True)

@@ -21,6 +21,7 @@ class SageMakerOptions:
     models_root: Path = Path("/opt/ml/models")
     model_data_url: str = ""  # beyond Triton: where on-demand loads fetch archives from
     memory_limit: str = ""  # beyond Triton: --model-memory-limit
+    eviction_policy: str = "gdsf"  # beyond Triton: which model --model-memory-limit unloads first
     # From the environment, as Triton's SageMaker server reads it at start-up.
     default_model: str = "unspecified_SAGEMAKER_TRITON_DEFAULT_MODEL_NAME"
     ping_mode: str = "ready"
@@ -59,7 +60,10 @@ def add_arguments(parser: argparse.ArgumentParser, flag: Callable[..., None]) ->
                              "first invocation that names them (SageMaker's ModelDataUrl)")
     parser.add_argument("--model-memory-limit", default="", metavar="SIZE",
                         help="naiad only: memory the loaded SageMaker models may use (bytes, K/M/G, or N%% of RAM); "
-                             "least-recently-used models are unloaded to make room")
+                             "models are unloaded to make room (--sagemaker-eviction-policy)")
+    parser.add_argument("--sagemaker-eviction-policy", choices=("gdsf", "lru"), default=defaults.eviction_policy,
+                        help="naiad only: which model --model-memory-limit unloads first: 'gdsf' the "
+                             "lowest recent requests x load time / memory, 'lru' the least recently used")
 
 
 def from_args(args: argparse.Namespace, env: Mapping[str, str] = os.environ) -> SageMakerOptions:
@@ -76,6 +80,7 @@ def from_args(args: argparse.Namespace, env: Mapping[str, str] = os.environ) -> 
         models_root=args.sagemaker_models_root,
         model_data_url=args.sagemaker_model_data_url,
         memory_limit=args.model_memory_limit,
+        eviction_policy=args.sagemaker_eviction_policy,
         default_model=env.get("SAGEMAKER_TRITON_DEFAULT_MODEL_NAME") or SageMakerOptions.default_model,
         ping_mode=env.get("SAGEMAKER_TRITON_PING_MODE") or "ready",
         inference_type=inference_type,

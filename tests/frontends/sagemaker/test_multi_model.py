@@ -188,7 +188,7 @@ def test_memory_limit_evicts_least_recently_used(tmp_path: Path) -> None:
     root = tmp_path / "models"
     urls = {name: _heavy(root, name, 150) for name in ("a", "b", "c")}
     _heavy(root, "huge", 600)
-    running = mme(root, "--model-memory-limit=420M")
+    running = mme(root, "--model-memory-limit=420M", "--sagemaker-eviction-policy=lru")
     try:
         assert load(running, "a", urls["a"]) == (200, b"")
         assert load(running, "b", urls["b"]) == (200, b"")
