@@ -77,7 +77,9 @@ class Generator:
             parent, child = socket.socketpair()
             cpu = cores[index % len(cores)] if cpus else None
             proc = subprocess.Popen(
-                [sys.executable, "-c", "import sys; from naiad.bench.worker import child; child(int(sys.argv[1]))",
+                # -c puts the current folder first, where a clone's naiad/ would shadow this one
+                [sys.executable, "-c", "import sys; getattr(sys.flags, 'safe_path', 0) or sys.path.pop(0); "
+                 "from naiad.bench.worker import child; child(int(sys.argv[1]))",
                  str(child.fileno())], pass_fds=[child.fileno()], env=_child_env())
             child.close()
             pipe = Connection(parent.detach())
