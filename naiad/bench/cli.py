@@ -482,7 +482,7 @@ def _message(exc: BaseException) -> str:
 
 def _traffic(args: argparse.Namespace, session: Any, out: Any, progress: Any) -> int:
     from naiad.bench import api, report
-    from naiad.bench.traffic import Stopping, TrafficError, plan
+    from naiad.bench.traffic import Stopping, TrafficError, aws_limits, plan
 
     try:
         document = _load_json(args.traffic)
@@ -492,6 +492,8 @@ def _traffic(args: argparse.Namespace, session: Any, out: Any, progress: Any) ->
     except (OSError, ValueError, TrafficError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return OPTION_ERROR
+    for line in aws_limits(document, stopping_doc):
+        print(f"note: {line}", file=sys.stderr)
     out("*** Traffic Pattern ***")
     for lv in levels:
         spawn = f", spawning {report.g(lv.spawn_per_minute)} users/minute" if lv.spawn_per_minute else ""
