@@ -23,6 +23,7 @@ COLUMNS: list[tuple[str, str, str]] = [
     ("p99_ms", "p99 ms", "{:.2f}"),
     ("sla_invocations_per_minute", "invocations/min within SLA", "{:.0f}"),
     ("sla_p95_ms", "p95 ms there", "{:.2f}"),
+    ("sla_spread", "within SLA: lowest-highest run", "{}"),
     ("cpu_cores", "CPU cores", "{:.2f}"),
     ("generator_cpu_cores", "generator CPU cores", "{:.2f}"),
     ("memory_mb_peak", "memory MB (peak)", "{:.0f}"),
@@ -42,11 +43,11 @@ def cell(row: Row, key: str, fmt: str) -> str:
 
 
 def columns(rows: list[Row], sla: bool, price: bool) -> list[tuple[str, str, str]]:
-    skip = set() if sla else {"sla_invocations_per_minute", "sla_p95_ms"}
+    skip = set() if sla else {"sla_invocations_per_minute", "sla_p95_ms", "sla_spread"}
     if not price:
         skip |= {"cost_per_hour", "cost_per_million"}
     if all(r.runs < 2 for r in rows):
-        skip.add("spread")
+        skip |= {"spread", "sla_spread"}
     if all(r.generator_cpu_cores is None for r in rows):
         skip.add("generator_cpu_cores")
     if all(r.load_duration_s is None for r in rows):
@@ -310,8 +311,8 @@ def _pinned(words: str, cpus: list[int] | None) -> str:
 
 
 _CAPTIONS = {
-    "curves": "Throughput vs p95 latency per variant, one point per load level",
-    "max_throughput": "Max invocations per minute per variant",
+    "curves": "Throughput vs p95 latency per variant, one point per load level (median run; whiskers: lowest-highest)",
+    "max_throughput": "Max throughput per variant (the winner marked; whiskers: lowest-highest run)",
     "cost": "Cost per million inferences",
 }
 

@@ -53,10 +53,17 @@ class Row:
 
     @property
     def spread(self) -> str:
-        """The lowest and highest run's max throughput (within the SLA when one is given), inferences/s."""
-        low, high = ((self.sla_throughput_low, self.sla_throughput_high) if self.sla_throughput_low is not None
-                     else (self.max_throughput_low, self.max_throughput_high))
-        return "" if low is None or high is None or self.runs < 2 else f"{low:.0f}-{high:.0f}"
+        """The lowest and highest run's max throughput, inferences/s."""
+        return _range(self.max_throughput_low, self.max_throughput_high, self.runs)
+
+    @property
+    def sla_spread(self) -> str:
+        """The same within the SLA (a run where no level met it counts 0)."""
+        return _range(self.sla_throughput_low, self.sla_throughput_high, self.runs)
+
+
+def _range(low: float | None, high: float | None, runs: int) -> str:
+    return "" if low is None or high is None or runs < 2 else f"{low:.0f}-{high:.0f}"
 
 
 def _ms(value: float | None) -> float | None:
@@ -163,7 +170,8 @@ def row(measured: Measured, sla_p95_ms: float | None, price_per_hour: float | No
         sla_bests = [_run_best(run, sla_p95_ms) for run in runs]
         r.sla_throughput_low, r.sla_throughput_high = min(sla_bests), max(sla_bests)
         if len(runs) > 1 and within:
-            r.sla_throughput = _median(sla_bests) or r.sla_throughput
+            r.sla_throughput = _median(sla_bests) or top.throughput
+            r.sla_invocations_per_minute = r.sla_throughput * 60   # recommend sends batch 1
     if measured.usage is not None:
         u = measured.usage
         r.cpu_cores, r.cpu_percent = u.cpu_cores_avg, u.cpu_percent
