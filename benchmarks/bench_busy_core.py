@@ -64,7 +64,7 @@ def main() -> int:
         with tempfile.TemporaryDirectory() as tmp:
             out = Path(tmp) / "out.csv"
             common = ["-m", "add_sub", "-u", server.url, "--concurrency-range", str(args.concurrency),
-                      "-p", str(args.interval_ms), "-s", "50", "-r", "4", "-f", str(out)]
+                      "-p", str(args.interval_ms), "-s", "1000", "-r", "3", "-f", str(out)]
             for _ in range(args.rounds):
                 out.unlink(missing_ok=True)
                 results.setdefault("perf_analyzer", []).append(throughput(
