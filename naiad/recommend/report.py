@@ -130,7 +130,7 @@ def _value_labels(ax: Any, fmt: str) -> None:
     """Each bar's value at its end (the first container: the main bars)."""
     if ax.containers:
         ax.bar_label(ax.containers[0], labels=[fmt.format(b.get_width()) for b in ax.containers[0]], fontsize=7,
-                     padding=3)
+                     padding=3, bbox={"facecolor": "white", "edgecolor": "none", "alpha": 0.8, "pad": 1})
         ax.margins(x=0.15)
 
 
@@ -181,9 +181,17 @@ def _figures(out: Path, rows: list[Row], curves: list[dict[str, Any]], sla_p95_m
 
     def title(ax: Any, text: str) -> None:
         ax.set_title(text + suffix, fontsize=10)
-        if banner:
-            ax.text(0.5, 1.08, banner[:110] + ("..." if len(banner) > 110 else ""), transform=ax.transAxes,
-                    ha="center", fontsize=8, color="darkred")
+        if banner:   # across the top of the figure, wrapped: the verdict travels with every image
+            import textwrap
+
+            ax.figure.text(0.5, 0.995, "\n".join(textwrap.wrap(banner, 120)[:2]), ha="center", va="top",
+                           fontsize=8, color="darkred")
+
+    def save(fig: Any, name: str) -> None:
+        fig.tight_layout(rect=(0, 0, 1, 0.94) if banner else (0, 0, 1, 1))
+        fig.savefig(out / f"{name}.png", dpi=100)
+        plt.close(fig)
+        written.append(name)
 
     fig, ax = plt.subplots(figsize=(9, 5.5))
     for r in measured:
@@ -212,10 +220,7 @@ def _figures(out: Path, rows: list[Row], curves: list[dict[str, Any]], sla_p95_m
     ax.grid(True, alpha=0.3)
     if ax.get_legend_handles_labels()[0]:
         ax.legend(fontsize=8)
-    fig.tight_layout()
-    fig.savefig(out / "curves.png", dpi=100)
-    plt.close(fig)
-    written.append("curves")
+    save(fig, "curves")
 
     labels = [_name(r, winner) for r in measured]
     fig, ax = plt.subplots(figsize=(9, 4.8))
@@ -235,10 +240,7 @@ def _figures(out: Path, rows: list[Row], curves: list[dict[str, Any]], sla_p95_m
     ax.set_xlabel("inferences per second")
     title(ax, "Max throughput per variant")
     ax.invert_yaxis()
-    fig.tight_layout()
-    fig.savefig(out / "max_throughput.png", dpi=100)
-    plt.close(fig)
-    written.append("max_throughput")
+    save(fig, "max_throughput")
 
     if measured and measured[0].cost_per_hour is not None:
         price = measured[0].cost_per_hour
@@ -261,10 +263,7 @@ def _figures(out: Path, rows: list[Row], curves: list[dict[str, Any]], sla_p95_m
         ax.set_xlabel(f"USD per million inferences (instance at ${price:g}/hour)")
         title(ax, "Cost per million inferences")
         ax.invert_yaxis()
-        fig.tight_layout()
-        fig.savefig(out / "cost.png", dpi=100)
-        plt.close(fig)
-        written.append("cost")
+        save(fig, "cost")
     return written
 
 
@@ -347,7 +346,7 @@ def _html(summary: dict[str, Any], rows: list[Row], figures: list[str], sla_p95_
 <html><head><meta charset="utf-8"><title>naiad recommend: {e(summary['model'])}</title>
 <style>
 body {{ font-family: sans-serif; margin: 2em; max-width: 72em; }}
-table {{ border-collapse: collapse; }} td, th {{ border: 1px solid #ccc; padding: .3em .6em; text-align: right; }}
+table {{ border-collapse: collapse; font-size: .85em; }} td, th {{ border: 1px solid #ccc; padding: .3em .6em; text-align: right; }}
 td:first-child, th:first-child {{ text-align: left; }} tr.winner {{ background: #e6f4e6; font-weight: bold; }}
 pre {{ background: #f6f6f6; padding: .6em; overflow-x: auto; }} img {{ max-width: 100%; }}
 </style></head><body>
