@@ -51,10 +51,11 @@ def recommended(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path, s
     decoy = tmp / "cwd"
     (decoy / "naiad").mkdir(parents=True)
     (decoy / "naiad" / "__init__.py").write_text("raise ImportError('the decoy naiad in the current folder')\n")
+    safe = ["-P"] if sys.version_info >= (3, 11) else []   # (before 3.11 the command itself would take the decoy)
     done = subprocess.run(
-        [sys.executable, "-P", "-m", "naiad", "recommend", str(model), "-o", str(out), "--traffic", str(traffic),
+        [sys.executable, *safe, "-m", "naiad", "recommend", str(model), "-o", str(out), "--traffic", str(traffic),
          "--sla-p95-ms", "1000", "--price-per-hour", "0.5", "--bench-processes", "1", "--repeats", "2"],
-        capture_output=True, text=True, timeout=240, cwd=decoy, env={**os.environ, "PYTHONPATH": str(ROOT)})
+        capture_output=True, text=True, timeout=240, cwd=decoy if safe else ROOT, env={**os.environ, "PYTHONPATH": str(ROOT)})
     return model, out, done
 
 
