@@ -75,7 +75,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                    help="asynchronous mode: requests in flight from few threads (stability judged on throughput)")
     m.add_argument("--sync", action="store_true", help="force synchronous mode")
     m.add_argument("-p", "--measurement-interval", dest="measurement_interval", type=_positive(
-        "--measurement-interval (-p)"), default=5000, metavar="MSEC", help="time window of each measurement (default: %(default)s)")
+        "--measurement-interval (-p)"), default=5000, metavar="MSEC",
+                   help="time window of each measurement (default: %(default)s)")
     m.add_argument("--measurement-mode", choices=["time_windows", "count_windows"], default="time_windows")
     m.add_argument("--measurement-request-count", type=_positive("--measurement-request-count"), default=50,
                    help="minimum requests per window in count_windows mode")

@@ -369,7 +369,8 @@ def _instability(throughputs: list[float], latencies: list[float], percentage: f
     if ips and min(ips) > 0:
         parts.append(f"throughput {min(ips):.1f}-{max(ips):.1f} infer/sec ({(max(ips) / min(ips) - 1) * 100:.0f} %)")
     if lat and min(lat) > 0:
-        parts.append(f"latency {min(lat) / 1000:.0f}-{max(lat) / 1000:.0f} usec ({(max(lat) / min(lat) - 1) * 100:.0f} %)")
+        parts.append(f"latency {min(lat) / 1000:.0f}-{max(lat) / 1000:.0f} usec "
+                     f"({(max(lat) / min(lat) - 1) * 100:.0f} %)")
     return ", ".join(parts) + f" over the last {STABILITY_WINDOW} windows; -s allows {percentage:g} %"
 
 

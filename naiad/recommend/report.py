@@ -202,7 +202,8 @@ def _figures(out: Path, rows: list[Row], curves: list[dict[str, Any]], sla_p95_m
         best = r.variant == winner
         xs = [c["throughput"] for c in points]
         ys = [c["p95_ms"] for c in points]
-        xerr = [[x - c["throughput_min"] for x, c in zip(xs, points)], [c["throughput_max"] - x for x, c in zip(xs, points)]]
+        xerr = [[x - c["throughput_min"] for x, c in zip(xs, points)],
+                [c["throughput_max"] - x for x, c in zip(xs, points)]]
         yerr = [[y - c["p95_ms_min"] for y, c in zip(ys, points)], [c["p95_ms_max"] - y for y, c in zip(ys, points)]]
         bars = ax.errorbar(xs, ys, xerr=xerr, yerr=yerr, marker="*" if best else "o", markersize=12 if best else 5,
                            linewidth=3 if best else 1.2, elinewidth=0.8, capsize=3, zorder=3 if best else 2,
@@ -346,7 +347,8 @@ def _html(summary: dict[str, Any], rows: list[Row], figures: list[str], sla_p95_
 <html><head><meta charset="utf-8"><title>naiad recommend: {e(summary['model'])}</title>
 <style>
 body {{ font-family: sans-serif; margin: 2em; max-width: 72em; }}
-table {{ border-collapse: collapse; font-size: .85em; }} td, th {{ border: 1px solid #ccc; padding: .3em .6em; text-align: right; }}
+table {{ border-collapse: collapse; font-size: .85em; }}
+td, th {{ border: 1px solid #ccc; padding: .3em .6em; text-align: right; }}
 td:first-child, th:first-child {{ text-align: left; }} tr.winner {{ background: #e6f4e6; font-weight: bold; }}
 pre {{ background: #f6f6f6; padding: .6em; overflow-x: auto; }} img {{ max-width: 100%; }}
 </style></head><body>

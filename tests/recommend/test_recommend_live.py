@@ -55,7 +55,8 @@ def recommended(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path, s
     done = subprocess.run(
         [sys.executable, *safe, "-m", "naiad", "recommend", str(model), "-o", str(out), "--traffic", str(traffic),
          "--sla-p95-ms", "1000", "--price-per-hour", "0.5", "--bench-processes", "1", "--repeats", "2"],
-        capture_output=True, text=True, timeout=240, cwd=decoy if safe else ROOT, env={**os.environ, "PYTHONPATH": str(ROOT)})
+        capture_output=True, text=True, timeout=240, cwd=decoy if safe else ROOT,
+        env={**os.environ, "PYTHONPATH": str(ROOT)})
     return model, out, done
 
 
