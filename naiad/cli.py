@@ -306,6 +306,11 @@ def main(argv: list[str] | None = None) -> int:
         from naiad.sagemaker_serve import main as sagemaker_main
 
         return sagemaker_main(argv[1:])
+    if argv[:1] == ["bench"]:
+        # its own parser: perf_analyzer's exit code 99 for option errors, and its --version
+        from naiad.bench.cli import main as bench_main
+
+        return bench_main(argv[1:])
     args = build_parser().parse_args(argv)
     if args.command == "serve":
         return serve(args)

@@ -54,6 +54,8 @@ class LoadResult:
     delayed: int = 0             # request-rate mode: requests sent late against their schedule
     metrics: dict[str, dict[str, float]] = field(default_factory=dict)   # --collect-metrics, merged
     perf: PerfStatus | None = field(default=None, repr=False, compare=False)
+    start_ns: int = 0        # traffic levels: when the level began and ended (CLOCK_MONOTONIC)
+    end_ns: int = 0
 
 
 @dataclass
@@ -203,4 +205,4 @@ def _level_result(session: Session, records: Records, start_ns: int, end_ns: int
                       duration_s=seconds, throughput=len(latencies) * batch / seconds if seconds else 0.0,
                       latency_us=_latency_dict(latencies), server=_server_dict(server), stable=finished,
                       error=records.error, server_requests=server.get("success_count", 0),
-                      send_rate=records.sent / seconds if seconds else 0.0)
+                      send_rate=records.sent / seconds if seconds else 0.0, start_ns=start_ns, end_ns=end_ns)

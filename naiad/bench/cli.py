@@ -11,8 +11,19 @@ from pathlib import Path
 from typing import Any
 
 STABILITY_ERROR = 2
-OPTION_ERROR = 3
+# perf_analyzer exits 99 on every error, option errors included (2 is its "unstable" code, which scripts retry).
+OPTION_ERROR = 99
 GENERIC_ERROR = 99
+# The perf_analyzer whose command line this follows (its --version, and the profile export's "version").
+PERF_ANALYZER_VERSION = "2.51.0"
+
+
+class Parser(argparse.ArgumentParser):
+    """argparse, but a bad option exits 99 as perf_analyzer's parser does (argparse's own code is 2)."""
+
+    def error(self, message: str) -> Any:  # type: ignore[override]
+        self.print_usage(sys.stderr)
+        self.exit(OPTION_ERROR, f"Error: {message}\n")
 
 
 def _range(text: str, kind: type, flag: str) -> list[Any]:
@@ -57,12 +68,15 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="an HTTP header added to every request (repeatable)")
     parser.add_argument("--service-kind", default="triton", choices=["triton"],
                         help="only Triton's protocols (naiad and tritonserver both speak them)")
+    parser.add_argument("--version", action="version",
+                        version=f"naiad bench {_naiad_version()}: perf_analyzer {PERF_ANALYZER_VERSION}'s command line")
     m = parser.add_argument_group("I. measurement parameters")
     m.add_argument("-a", "--async", dest="async_mode", action="store_true",
                    help="asynchronous mode: requests in flight from few threads (stability judged on throughput)")
     m.add_argument("--sync", action="store_true", help="force synchronous mode")
     m.add_argument("-p", "--measurement-interval", dest="measurement_interval", type=_positive(
-        "--measurement-interval (-p)"), default=5000, metavar="MSEC", help="time window of each measurement")
+        "--measurement-interval (-p)"), default=5000, metavar="MSEC",
+                   help="time window of each measurement (default: %(default)s)")
     m.add_argument("--measurement-mode", choices=["time_windows", "count_windows"], default="time_windows")
     m.add_argument("--measurement-request-count", type=_positive("--measurement-request-count"), default=50,
                    help="minimum requests per window in count_windows mode")
@@ -72,15 +86,20 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                    metavar="START:END:STEP", help="request rates, requests/s (instead of concurrency)")
     m.add_argument("--request-distribution", choices=["constant", "poisson"], default="constant",
                    help="time between requests in request-rate mode")
+    m.add_argument("--request-intervals", default=None, metavar="FILE",
+                   help="send requests at these intervals (microseconds, one per line, repeated) instead of a "
+                        "concurrency or a rate")
     m.add_argument("--binary-search", action="store_true",
                    help="binary search of the range for the highest level under --latency-threshold")
     m.add_argument("-l", "--latency-threshold", dest="latency_threshold", type=int, default=0, metavar="MSEC",
                    help="stop the search once latency exceeds this (0: no limit)")
     m.add_argument("--max-threads", type=int, default=None, help="accepted; workers are processes (--processes)")
     m.add_argument("-s", "--stability-percentage", dest="stability_percentage", type=float, default=10.0,
-                   help="allowed max/min spread of the last 3 windows' throughput and latency")
+                   help="allowed max/min spread of the last 3 windows' throughput and latency, in percent "
+                        "(default: %(default)s)")
     m.add_argument("-r", "--max-trials", dest="max_trials", type=_positive("--max-trials (-r)"), default=10,
-                   help="maximum windows per level")
+                   help="maximum windows per level (default: %(default)s); a level not stable by then is written to "
+                        "-f's CSV anyway, marked unstable")
     m.add_argument("--percentile", type=int, default=-1,
                    help="stabilize on (and report) this latency percentile instead of the average")
     m.add_argument("--request-count", type=int, default=0, help="measure exactly one window of this many requests")
@@ -108,6 +127,24 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     o.add_argument("--collect-metrics", action="store_true", help="scrape the server's metrics during windows")
     o.add_argument("--metrics-url", default="localhost:8002/metrics")
     o.add_argument("--metrics-interval", type=_positive("--metrics-interval"), default=1000, metavar="MSEC")
+    o.add_argument("--profile-export-file", default=None, metavar="FILE.json",
+                   help="every request's timestamps per experiment, as perf_analyzer's profile export")
+    o.add_argument("--grpc-compression-algorithm", choices=["none", "gzip", "deflate"], default="none",
+                   help="compress gRPC requests (gzip or deflate: sent through grpcio's client)")
+    q = parser.add_argument_group("III. sequence models (accepted; naiad bench refuses a model with sequence_batching)")
+    for flag, kind, default in (("--sequence-length", int, 20), ("--sequence-length-variation", float, 20.0),
+                                ("--sequence-id-range", str, None), ("--num-of-sequences", int, 4)):
+        q.add_argument(flag, type=kind, default=default, help=argparse.SUPPRESS)
+    q.add_argument("--serial-sequences", action="store_true", help=argparse.SUPPRESS)
+    t = parser.add_argument_group("V. TLS (accepted; naiad bench speaks plain HTTP and gRPC and refuses to use TLS)")
+    t.add_argument("--ssl-grpc-use-ssl", action="store_true", help=argparse.SUPPRESS)
+    for flag in ("--ssl-grpc-root-certifications-file", "--ssl-grpc-private-key-file",
+                 "--ssl-grpc-certificate-chain-file", "--ssl-https-ca-certificates-file",
+                 "--ssl-https-client-certificate-file", "--ssl-https-client-certificate-type",
+                 "--ssl-https-private-key-file", "--ssl-https-private-key-type"):
+        t.add_argument(flag, default=None, help=argparse.SUPPRESS)
+    t.add_argument("--ssl-https-verify-peer", type=int, default=1, help=argparse.SUPPRESS)
+    t.add_argument("--ssl-https-verify-host", type=int, default=2, help=argparse.SUPPRESS)
     n = parser.add_argument_group("naiad bench")
     n.add_argument("--traffic", default=None, metavar="FILE.json",
                    help="run an Inference Recommender TrafficPattern (PHASES or STAIRS) instead of a sweep; the "
@@ -128,8 +165,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     n.add_argument("--no-progress", dest="progress", action="store_false", help="no live progress on stderr")
 
 
-def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="naiad bench", description=__doc__)
+def _naiad_version() -> str:
+    from naiad import __version__
+
+    return __version__
+
+
+def build_parser(prog: str = "naiad bench") -> argparse.ArgumentParser:
+    parser = Parser(prog=prog, description=__doc__)
     add_arguments(parser)
     return parser
 
@@ -139,8 +182,14 @@ def _load_json(text: str) -> Any:
     return json.loads(path.read_text()) if path.is_file() else json.loads(text)
 
 
-def main(argv: list[str] | None = None) -> int:
-    return run(build_parser().parse_args(argv))
+def main(argv: list[str] | None = None, prog: str = "naiad bench") -> int:
+    return run(build_parser(prog).parse_args(argv))
+
+
+def perf_analyzer_main() -> int:
+    """``naiad-perf-analyzer``: perf_analyzer's command line as an executable of its own, e.g. Model Analyzer's
+    ``--perf-analyzer-path``."""
+    return main(sys.argv[1:], prog="naiad-perf-analyzer")
 
 
 def run(args: argparse.Namespace) -> int:
@@ -164,6 +213,25 @@ def run(args: argparse.Namespace) -> int:
         return fail("Streaming is only allowed with gRPC protocol and Triton C API.")
     if args.percentile != -1 and not 1 <= args.percentile <= 99:
         return fail("Failed to parse --percentile. The value must be -1 for not reporting or in range (0, 100).")
+    if args.grpc_compression_algorithm != "none" and args.protocol != "grpc":
+        return fail("Using compression algorithm is only allowed with gRPC protocol.")
+    if args.ssl_grpc_use_ssl or (args.url or "").lower().startswith("https://"):
+        return fail("naiad bench speaks plain HTTP and gRPC only, not TLS: measure a TLS endpoint with "
+                    "perf_analyzer, or naiad bench against the server's plain port.")
+    intervals: list[int] | None = None
+    if args.request_intervals is not None:
+        if args.concurrency_range or args.request_rate_range:
+            return fail("Cannot specify more then one inference load mode. Please choose only one of the following "
+                        "modes: --concurrency-range, --periodic-concurrency-range, --request-rate-range, or "
+                        "--request-intervals.")
+        intervals = _intervals(args.request_intervals)
+        if intervals is None:
+            return fail("Failed to parse --request-intervals. The value must be a valid file path")
+        if not intervals:
+            return fail(f"Failed to parse --request-intervals. {args.request_intervals} holds no interval "
+                        "(microseconds > 0, one per line).")
+        # one level at the file's mean rate, reported as a request rate (as perf_analyzer does)
+        args.request_rate_range = [len(intervals) * 1e6 / sum(intervals)] * 2
     rate_mode = args.request_rate_range is not None
     crange = list(args.concurrency_range or [1]) + [1, 1][len(args.concurrency_range or [1]) - 1:]
     rrange = list(args.request_rate_range or [1.0]) + [1.0, 1.0][len(args.request_rate_range or [1.0]) - 1:]
@@ -193,14 +261,16 @@ def run(args: argparse.Namespace) -> int:
     options = Options(streaming=args.streaming, shared_memory=args.shared_memory,
                       output_shm_size=args.output_shared_memory_size, string_length=args.string_length,
                       string_data=args.string_data, headers=headers, cpus=cpus,
-                      grpc_channels=args.grpc_connections, grpc_client=args.grpc_client)
+                      grpc_channels=args.grpc_connections, grpc_client=args.grpc_client,
+                      compression=args.grpc_compression_algorithm, intervals_us=intervals)
     settings = Settings(measurement_interval_ms=args.measurement_interval, measurement_mode=args.measurement_mode,
                         measurement_request_count=args.measurement_request_count, request_count=args.request_count,
                         stability_percentage=args.stability_percentage, max_trials=args.max_trials,
                         percentile=args.percentile, latency_threshold_ms=args.latency_threshold,
                         async_mode=args.async_mode, distribution=args.request_distribution,
                         verbose=bool(args.verbose), collect_metrics=args.collect_metrics,
-                        metrics_url=args.metrics_url, metrics_interval_ms=args.metrics_interval)
+                        metrics_url=args.metrics_url, metrics_interval_ms=args.metrics_interval,
+                        keep_requests=bool(args.profile_export_file))
     progress = Progress(args.progress)
 
     def out(line: str) -> None:
@@ -247,11 +317,17 @@ def run(args: argparse.Namespace) -> int:
             print(f"Load generator: {session.generator.count if session.generator else 0} worker processes; own "
                   f"ceiling {limit:.0f} requests/sec ({'GET /v2/health/live' if args.protocol == 'http' else 'ServerLive'}"
                   f" at concurrency {max(1, probe)})", file=sys.stderr)
-        statuses, code = _sweep(args, session, out, settings, rate_mode, start, end, step)
+        statuses, partial, code = _sweep(args, session, out, settings, rate_mode, start, end, step)
         if statuses:
             report.summary(out, statuses, args.percentile, rate_mode)
-            if args.filename:
-                _write_csv(args, session, statuses, rate_mode)
+        if args.filename and (statuses or partial):
+            # what was measured is written even when a level was not stable, marked so, with the reason
+            _write_csv(args, session, statuses + partial, rate_mode)
+            if partial:
+                print(f"Partial results written to {args.filename}: {len(partial)} level(s) not stable, marked "
+                      f"in its Stable and Note columns ({partial[0].note})", file=sys.stderr)
+        if args.profile_export_file:
+            _export(args.profile_export_file, statuses + partial, rate_mode, session)
         if limit:
             for status in statuses:
                 if status.client.infer_per_sec / max(1, args.batch_size) > 0.8 * limit:
@@ -309,15 +385,18 @@ def _profile(session: Any, args: argparse.Namespace, out: Any, value: float, rat
 
 
 def _sweep(args: argparse.Namespace, session: Any, out: Any, settings: Any, rate_mode: bool, start: float,
-           end: float, step: float) -> tuple[list[Any], int]:
-    """perf_analyzer's linear or binary search over the range (inference_profiler.h Profile<T>)."""
+           end: float, step: float) -> tuple[list[Any], list[Any], int]:
+    """perf_analyzer's linear or binary search over the range (inference_profiler.h Profile<T>). Returns the
+    stable levels, the levels measured but not stable (each with its note), and the exit code."""
     statuses: list[Any] = []
+    partial: list[Any] = []
 
     def level(value: float) -> tuple[Any, bool]:
         status, meets = _profile(session, args, out, value, rate_mode)
-        if meets or (status.stable and not status.error):
-            if status.stable:
-                statuses.append(status)
+        if status.stable and not status.error:
+            statuses.append(status)
+        elif status.note and status.client.request_count:
+            partial.append(status)
         return status, meets
 
     if not args.binary_search:
@@ -331,14 +410,14 @@ def _sweep(args: argparse.Namespace, session: Any, out: Any, settings: Any, rate
                 break
         if levels == 1 and not status.stable:
             print("Failed to obtain stable measurement.", file=sys.stderr)
-            return statuses, STABILITY_ERROR
-        return statuses, 0
+            return statuses, partial, STABILITY_ERROR
+        return statuses, partial, 0
     _, meets = level(start)
     if not meets:
-        return statuses, 0
+        return statuses, partial, 0
     _, meets = level(end)
     if meets:
-        return statuses, 0
+        return statuses, partial, 0
     low, high = start, end
     while high - low > step:
         mid = (high + low) / 2 if rate_mode else (int(high) + int(low)) // 2
@@ -347,7 +426,7 @@ def _sweep(args: argparse.Namespace, session: Any, out: Any, settings: Any, rate
             low = mid
         else:
             high = mid
-    return statuses, 0
+    return statuses, partial, 0
 
 
 def _write_csv(args: argparse.Namespace, session: Any, statuses: list[Any], rate_mode: bool) -> None:
@@ -367,6 +446,35 @@ def _write_csv(args: argparse.Namespace, session: Any, statuses: list[Any], rate
                                            cache=session.model.response_cache)
 
 
+def _export(path: str, statuses: list[Any], rate_mode: bool, session: Any) -> None:
+    """perf_analyzer's --profile-export-file: per experiment (load level), every request's send and response
+    timestamps (ns, the monotonic clock) and the measurement windows' boundaries."""
+    experiments = []
+    for status in statuses:
+        experiments.append({
+            "experiment": {"mode": "request_rate" if rate_mode else "concurrency",
+                           "value": status.request_rate if rate_mode else status.concurrency},
+            "requests": [{"timestamp": start, "request_inputs": {}, "response_timestamps": [end],
+                          "response_outputs": []} for start, end in sorted(status.requests)],
+            "window_boundaries": status.windows})
+    document = {"experiments": experiments, "version": PERF_ANALYZER_VERSION, "service_kind": "triton",
+                "endpoint": "", "model": session.model.name}
+    Path(path).write_text(json.dumps(document) + "\n")
+
+
+def _intervals(path: str) -> list[int] | None:
+    """--request-intervals' file: microseconds, one per line (None: no such file)."""
+    try:
+        text = Path(path).read_text()
+    except OSError:
+        return None
+    try:
+        values = [int(float(line)) for line in text.split() if line.strip()]
+    except ValueError:
+        return []
+    return [v for v in values if v > 0] if all(v > 0 for v in values) else []
+
+
 def _message(exc: BaseException) -> str:
     """tritonclient's errors carry the server's text in .message()."""
     message = getattr(exc, "message", None)
@@ -375,7 +483,7 @@ def _message(exc: BaseException) -> str:
 
 def _traffic(args: argparse.Namespace, session: Any, out: Any, progress: Any) -> int:
     from naiad.bench import api, report
-    from naiad.bench.traffic import Stopping, TrafficError, plan
+    from naiad.bench.traffic import Stopping, TrafficError, aws_limits, plan
 
     try:
         document = _load_json(args.traffic)
@@ -385,6 +493,8 @@ def _traffic(args: argparse.Namespace, session: Any, out: Any, progress: Any) ->
     except (OSError, ValueError, TrafficError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return OPTION_ERROR
+    for line in aws_limits(document, stopping_doc):
+        print(f"note: {line}", file=sys.stderr)
     out("*** Traffic Pattern ***")
     for lv in levels:
         spawn = f", spawning {report.g(lv.spawn_per_minute)} users/minute" if lv.spawn_per_minute else ""

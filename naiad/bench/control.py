@@ -30,6 +30,7 @@ class ModelInfo:
     response_cache: bool = False
     platform: str = ""
     composing: list[str] = field(default_factory=list)   # an ensemble's steps
+    sequence: bool = False                                # sequence_batching
 
 
 class Control:
@@ -83,7 +84,8 @@ class Control:
             decoupled=bool(policy.get("decoupled", False)),
             response_cache=bool((config.get("response_cache", {}) or {}).get("enable", False)),
             platform=config.get("platform", "") or config.get("backend", ""),
-            composing=[step.get("model_name", "") for step in steps])
+            composing=[step.get("model_name", "") for step in steps],
+            sequence="sequence_batching" in config)
 
     def stats(self, name: str, version: str = "") -> dict[str, dict[str, int]]:
         """{model name: flat counters} for every model the statistics list (an ensemble's steps included)."""

@@ -38,6 +38,7 @@ class H2GrpcConnection(asyncio.Protocol):
     def __init__(self, loop: asyncio.AbstractEventLoop, authority: str, path: str) -> None:
         self.loop = loop
         self.transport: asyncio.Transport | None = None
+        self.sent_ns = 0
         headers = [(":method", "POST"), (":scheme", "http"), (":path", path), (":authority", authority),
                    ("content-type", "application/grpc"), ("te", "trailers"), ("user-agent", "naiad-bench")]
         # As grpc's and nghttp2's clients do: the first request adds its headers to the server's HPACK table,
@@ -136,7 +137,10 @@ class H2GrpcConnection(asyncio.Protocol):
             self.transport.write(out)
             self.stream_windows[stream] = self.stream_initial
             await self._send_data(stream, body)
-        return await waiter
+        sent = time.monotonic_ns()
+        outcome = await waiter
+        self.sent_ns = sent   # read by the caller right after this returns, before any other call resumes
+        return outcome
 
     async def _send_data(self, stream: int, body: bytes) -> None:
         """A body larger than a frame or than the windows: sent as the server grants room."""

@@ -22,7 +22,7 @@ def available_cores() -> list[int]:
         return list(range(os.cpu_count() or 1))
 
 
-_COUNTERS = ("completed", "errors", "sent", "request_ns", "receive_ns")  # summed when records merge
+_COUNTERS = ("completed", "errors", "sent", "request_ns", "send_ns", "receive_ns")  # summed when records merge
 
 
 @dataclass
@@ -37,6 +37,7 @@ class Records:
     errors: int = 0
     sent: int = 0
     request_ns: int = 0
+    send_ns: int = 0
     receive_ns: int = 0
     error: str | None = None
 
@@ -77,7 +78,9 @@ class Generator:
             parent, child = socket.socketpair()
             cpu = cores[index % len(cores)] if cpus else None
             proc = subprocess.Popen(
-                [sys.executable, "-c", "import sys; from naiad.bench.worker import child; child(int(sys.argv[1]))",
+                # -c puts the current folder first, where a clone's naiad/ would shadow this one
+                [sys.executable, "-c", "import sys; getattr(sys.flags, 'safe_path', 0) or sys.path.pop(0); "
+                 "from naiad.bench.worker import child; child(int(sys.argv[1]))",
                  str(child.fileno())], pass_fds=[child.fileno()], env=_child_env())
             child.close()
             pipe = Connection(parent.detach())
@@ -106,6 +109,20 @@ class Generator:
         per = rate / self.count
         for index, pipe in enumerate(self.pipes):
             pipe.send(("rate", per, index / rate if rate > 0 else 0.0, distribution, seed * 1000 + index))
+
+    def set_intervals(self, intervals_us: list[int]) -> None:
+        """--request-intervals: request k of the repeated schedule goes to worker k mod N, at its own time."""
+        self.concurrency = 0
+        self.rate = len(intervals_us) * 1e6 / sum(intervals_us)
+        due, cycle = [], 0
+        for _ in range(self.count):   # N passes over the file: each worker gets whole passes of its own
+            for interval in intervals_us:
+                cycle += interval * 1000
+                due.append(cycle)
+        for index, pipe in enumerate(self.pipes):
+            mine = due[index::self.count]
+            gaps = [b - a for a, b in zip(mine, mine[1:])] + [cycle - mine[-1] + mine[0]]
+            pipe.send(("intervals", mine[0] - due[0], gaps))
 
     def swap(self) -> Records:
         for pipe in self.pipes:

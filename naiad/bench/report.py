@@ -221,6 +221,10 @@ def write_csv(stream: IO[str], statuses: list[PerfStatus], *, concurrency_mode: 
     header = csv_header(concurrency_mode=concurrency_mode, decoupled=model.decoupled, server_stats=server_stats,
                         cache=model.response_cache, percentiles=percentiles, verbose_csv=verbose_csv,
                         percentile=percentile, metrics=metrics)
+    # Levels reported although not stable: two columns more (perf_analyzer's readers go by column name)
+    partial = any(not status.stable for status in statuses)
+    if partial:
+        header += ["Stable", "Note"]
     stream.write(",".join(header) + "\n")
     for status in sorted(statuses, key=lambda s: s.client.infer_per_sec):
         c = status.client
@@ -260,6 +264,8 @@ def write_csv(stream: IO[str], statuses: list[PerfStatus], *, concurrency_mode: 
             row.append(str(c.avg_request_time_ns // 1000 - send_us - receive_us))
             if metrics:
                 row += _gpu_cells(status.metrics)
+        if partial:
+            row += ["1" if status.stable else "0", '"' + status.note.replace('"', "'") + '"']
         stream.write(",".join(row) + "\n")
 
 

@@ -33,6 +33,7 @@ class Settings:
     collect_metrics: bool = False
     metrics_url: str = ""
     metrics_interval_ms: int = 1000
+    keep_requests: bool = False                   # every request's timestamps kept (--profile-export-file)
 
 
 @dataclass
@@ -48,6 +49,8 @@ class Options:
     grpc_channels: int = 1                        # gRPC connections per worker process (streams multiplex)
     grpc_client: str = "lean"                     # unary gRPC: "lean" (HTTP/2 spoken directly) or "grpcio"
     cpus: list[int] | None = None
+    compression: str = "none"                     # gRPC request compression: "gzip" | "deflate" (via grpcio)
+    intervals_us: list[int] | None = None         # --request-intervals: the schedule instead of a rate
 
 
 def split_url(url: str, default_port: int) -> tuple[str, int]:
@@ -75,6 +78,11 @@ class Session:
         self.generator: Generator | None = None
         try:
             self.model: ModelInfo = self.control.model(target.model, target.version)
+            if self.model.sequence:
+                raise inputs_mod.InputError(
+                    f"'{self.model.name}' uses the sequence batcher: naiad bench does not send sequences (start, "
+                    "correlation id, end) yet; measure it with perf_analyzer (--sequence-length and the other "
+                    "sequence flags are accepted for scripts, for models without sequence_batching)")
             self.include_server_stats = "statistics" in self.control.extensions()
             tensors = inputs_mod.build_inputs(
                 self.model, batch_size=target.batch_size, input_data=target.input_data, shapes=target.shapes,
@@ -146,7 +154,10 @@ class Session:
         return {"protocol": "grpc", "target": f"{host}:{port}", "bodies": bodies,
                 "method": "/inference.GRPCInferenceService/ModelInfer", "streaming": self.options.streaming,
                 "decoupled": self.model.decoupled, "grpc_channels": max(1, self.options.grpc_channels),
-                "grpc_client": "aio" if self.options.grpc_client == "grpcio" else "lean"}
+                "compression": self.options.compression,
+                # the lean client sends uncompressed messages only: compression goes through grpcio's
+                "grpc_client": "aio" if self.options.grpc_client == "grpcio" or self.options.compression != "none"
+                else "lean"}
 
     # --- measuring -----------------------------------------------------------------------------------------
 
@@ -196,6 +207,7 @@ class Session:
                             request_rate=self.generator.rate if self.generator else 0.0,
                             batch_size=max(1, self.target.batch_size))
         latencies = []
+        kept = status.requests if self.settings.keep_requests else None
         for start, end, delayed, responses in zip(p.starts, p.ends, p.delayed, p.responses):
             if end > end_ns:
                 keep.starts.append(start)
@@ -204,9 +216,12 @@ class Session:
                 keep.responses.append(responses)
             elif end >= start_ns:
                 latencies.append(end - start)
+                if kept is not None:
+                    kept.append((start, end))
                 status.client.delayed_request_count += delayed
                 status.client.response_count += responses
         latencies.sort()
+        status.windows = [start_ns, end_ns]
         client = status.client
         client.latencies = latencies
         client.request_count = len(latencies)
@@ -215,6 +230,7 @@ class Session:
         client.errors = p.errors
         if p.completed:
             client.avg_request_time_ns = p.request_ns // p.completed
+            client.avg_send_time_ns = p.send_ns // p.completed
             client.avg_receive_time_ns = p.receive_ns // p.completed
         status.send_request_rate = p.sent / (client.duration_ns / 1e9) if client.duration_ns else 0.0
         self._pending = keep
@@ -238,7 +254,9 @@ class Session:
 
     def set_load(self, concurrency: int | None = None, request_rate: float | None = None) -> None:
         assert self.generator is not None
-        if request_rate:
+        if request_rate and self.options.intervals_us:
+            self.generator.set_intervals(self.options.intervals_us)
+        elif request_rate:
             self.generator.set_rate(request_rate, self.settings.distribution)
         else:
             self.generator.set_concurrency(int(concurrency or 1))
@@ -262,6 +280,7 @@ class Session:
         throughputs: list[float] = []
         latencies: list[float] = []
         recent: list[PerfStatus] = []
+        recent_all: list[PerfStatus] = []   # every window, for the profile export
         start_ns = time.monotonic_ns()
         start_stats = self._server_stats()
         self._collect(self.generator.swap())  # type: ignore[union-attr]
@@ -272,6 +291,7 @@ class Session:
         for trial in range(s.max_trials):
             status, start_ns, start_stats = self._window(start_ns, start_stats)
             recent.append(status)
+            recent_all.append(status)
             recent = recent[-STABILITY_WINDOW:]
             ok = status.error is None
             throughputs.append(status.client.infer_per_sec if ok else 0.0)
@@ -295,6 +315,11 @@ class Session:
         merged.concurrency = int(concurrency or 0)
         merged.request_rate = float(request_rate or 0.0)
         merged.stable = stable and not errors
+        if not merged.stable and not errors:
+            merged.note = _instability(throughputs, latencies, s.stability_percentage)
+        if s.keep_requests:
+            merged.requests = [r for st in recent_all for r in st.requests]
+            merged.windows = sorted({t for st in recent_all for t in st.windows})
         if errors and merged.error is None:
             merged.error = errors[0]
         if s.collect_metrics:
@@ -335,6 +360,18 @@ class Session:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+def _instability(throughputs: list[float], latencies: list[float], percentage: float) -> str:
+    """Why the last windows were not stable, in figures."""
+    ips, lat = throughputs[-STABILITY_WINDOW:], [x for x in latencies[-STABILITY_WINDOW:] if x != float("inf")]
+    parts = [f"not stable after {len(throughputs)} window(s)"]
+    if ips and min(ips) > 0:
+        parts.append(f"throughput {min(ips):.1f}-{max(ips):.1f} infer/sec ({(max(ips) / min(ips) - 1) * 100:.0f} %)")
+    if lat and min(lat) > 0:
+        parts.append(f"latency {min(lat) / 1000:.0f}-{max(lat) / 1000:.0f} usec "
+                     f"({(max(lat) / min(lat) - 1) * 100:.0f} %)")
+    return ", ".join(parts) + f" over the last {STABILITY_WINDOW} windows; -s allows {percentage:g} %"
 
 
 def ceiling(url: str, protocol: str = "http", concurrency: int = 16, seconds: float = 1.0,

@@ -43,6 +43,9 @@ class PerfStatus:
     metrics: dict[str, dict[str, float]] = field(default_factory=dict)   # --collect-metrics
     error: str | None = None
     stable: bool = False
+    note: str = ""                 # why a level is reported although not stable
+    requests: list[tuple[int, int]] = field(default_factory=list, repr=False)   # (start, end) ns, when kept
+    windows: list[int] = field(default_factory=list)   # measurement window boundaries, ns
 
 
 def percentile_index(p: float, n: int) -> int:

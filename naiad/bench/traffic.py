@@ -164,3 +164,36 @@ def check_stop(stopping: Stopping, flat: FlatDetector) -> Check:
 
 def now_ns() -> int:
     return time.monotonic_ns()
+
+
+def aws_limits(traffic: dict[str, Any], stopping: dict[str, Any] | None = None) -> list[str]:
+    """Where a pattern goes beyond what CreateInferenceRecommendationsJob accepts (its API reference: Phase,
+    Stairs, RecommendationJobStoppingConditions), each as a sentence. A local run may (short steps are what make
+    it quick); the same file would be refused by SageMaker."""
+    traffic = traffic.get("TrafficPattern", traffic)
+    kind = str(traffic.get("TrafficType", "STAIRS" if "Stairs" in traffic else "PHASES")).upper()
+    out = []
+    if kind == "PHASES":
+        for i, phase in enumerate(traffic.get("Phases") or [], 1):
+            duration = phase.get("DurationInSeconds")
+            if isinstance(duration, int) and not 120 <= duration <= 3600:
+                out.append(f"Phases[{i}].DurationInSeconds is {duration}: SageMaker takes 120 to 3600 for a "
+                           "custom load test")
+            users = phase.get("InitialNumberOfUsers", 1)
+            if isinstance(users, int) and not 1 <= users <= 3:
+                out.append(f"Phases[{i}].InitialNumberOfUsers is {users}: SageMaker takes 1 to 3")
+    elif kind == "STAIRS":
+        per = (traffic.get("Stairs") or {}).get("UsersPerStep")
+        if isinstance(per, int) and not 1 <= per <= 3:
+            out.append(f"Stairs.UsersPerStep is {per}: SageMaker takes 1 to 3")
+    stopping = (stopping or {}).get("StoppingConditions", stopping or {})
+    thresholds = stopping.get("ModelLatencyThresholds") or []
+    if len(thresholds) > 1:
+        out.append(f"ModelLatencyThresholds holds {len(thresholds)} entries: SageMaker takes one (naiad uses the "
+                   "first)")
+    for threshold in thresholds[:1]:
+        percentile = str(threshold.get("Percentile", "P95")).upper()
+        if percentile not in ("P95", "P99"):
+            out.append(f"ModelLatencyThresholds Percentile is {threshold.get('Percentile')!r}: SageMaker takes P95 "
+                       "or P99 (P95 for custom load tests)")
+    return [f"{line}; this local run goes on, but SageMaker would refuse the job as written" for line in out]

@@ -26,6 +26,7 @@ class HttpConnection(asyncio.Protocol):
         self.status = 0
         self.closing = False
         self.lost = False
+        self.sent_ns = 0   # when the last request was handed to the socket ("Client Send" ends there)
 
     @classmethod
     async def open(cls, host: str, port: int) -> "HttpConnection":
@@ -87,6 +88,7 @@ class HttpConnection(asyncio.Protocol):
             return waiter
         self.waiter = waiter
         self.transport.write(request)
+        self.sent_ns = time.monotonic_ns()
         return waiter
 
     @property
@@ -101,14 +103,16 @@ class HttpConnection(asyncio.Protocol):
 class GrpcChannel:
     """Raw-bytes unary calls (or one bidirectional stream per caller) on a shared grpc.aio channel."""
 
-    def __init__(self, target: str, method: str, streaming: bool = False, decoupled: bool = False) -> None:
+    def __init__(self, target: str, method: str, streaming: bool = False, decoupled: bool = False,
+                 compression: str = "none") -> None:
         import grpc
 
         self.grpc = grpc
         # A local subchannel pool: otherwise channels to one target share a single TCP connection.
         self.channel = grpc.aio.insecure_channel(target, options=[
             ("grpc.max_send_message_length", -1), ("grpc.max_receive_message_length", -1),
-            ("grpc.use_local_subchannel_pool", 1)])
+            ("grpc.use_local_subchannel_pool", 1)], compression={
+                "gzip": grpc.Compression.Gzip, "deflate": grpc.Compression.Deflate}.get(compression))
         self.streaming = streaming
         self.decoupled = decoupled
         if streaming:
@@ -141,6 +145,7 @@ class GrpcStream:
         self.stream = call
         self.decoupled = decoupled
         self.usable = True
+        self.sent_ns = 0
 
     async def call(self, request: bytes) -> Outcome:
         try:
@@ -152,6 +157,7 @@ class GrpcStream:
 
     async def _call(self, request: bytes) -> Outcome:
         await self.stream.write(request)
+        self.sent_ns = time.monotonic_ns()
         responses = 0
         while True:
             raw = await self.stream.read()

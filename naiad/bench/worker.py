@@ -51,6 +51,7 @@ class Worker:
         self.errors = 0
         self.sent = 0
         self.request_ns = 0
+        self.send_ns = 0
         self.receive_ns = 0
 
     # --- connections -------------------------------------------------------------------------------------
@@ -63,7 +64,8 @@ class Worker:
         if not self.channels:
             count = max(1, int(self.spec.get("grpc_channels", 1)))
             self.channels = [GrpcChannel(self.spec["target"], self.spec["method"], self.spec.get("streaming", False),
-                                         self.spec.get("decoupled", False)) for _ in range(count)]
+                                         self.spec.get("decoupled", False), self.spec.get("compression", "none"))
+                             for _ in range(count)]
         channel = self.channels[self.sent % len(self.channels)]
         return channel.open_stream() if self.spec.get("streaming") else channel
 
@@ -92,10 +94,12 @@ class Worker:
 
     # --- one request ---------------------------------------------------------------------------------------
 
-    def _record(self, start: int, outcome: Outcome, delayed: bool) -> None:
+    def _record(self, start: int, outcome: Outcome, delayed: bool, sent: int) -> None:
         end = time.monotonic_ns()
         ok, receive_ns, responses, error = outcome
         if ok:
+            if sent > start:   # connections that see their write (not grpcio's) time it: "Client Send"
+                self.send_ns += sent - start
             self.starts.append(start)
             self.ends.append(end)
             self.delayed.append(1 if delayed else 0)
@@ -127,7 +131,7 @@ class Worker:
                 start = time.monotonic_ns()
                 outcome = await connection.call(body)
                 self.in_flight -= 1
-                self._record(start, outcome, False)
+                self._record(start, outcome, False, getattr(connection, "sent_ns", 0))
         except (OSError, ConnectionError) as exc:
             self.errors += 1
             self.error = self.error or f"connection failed: {exc}"
@@ -165,6 +169,25 @@ class Worker:
         if rate > 0:
             self.scheduler = self.loop.create_task(self._schedule(rate, offset_s, distribution, seed))
 
+    def set_intervals(self, offset_ns: int, gaps_ns: list[int]) -> None:
+        for state in self.slots:
+            state["stop"] = True
+        self._stop_scheduler()
+        self.scheduler = self.loop.create_task(self._intervals(offset_ns, gaps_ns))
+
+    async def _intervals(self, offset_ns: int, gaps_ns: list[int]) -> None:
+        """--request-intervals: this worker's share of the schedule, repeated."""
+        due = time.monotonic_ns() + offset_ns
+        index = 0
+        while not self.stopping:
+            now = time.monotonic_ns()
+            if due > now:
+                await asyncio.sleep((due - now) / 1e9)
+                now = time.monotonic_ns()
+            self.loop.create_task(self._one(now - due > DELAY_TOLERANCE_NS))
+            due += gaps_ns[index]
+            index = (index + 1) % len(gaps_ns)
+
     async def _schedule(self, rate: float, offset_s: float, distribution: str, seed: int) -> None:
         rng = random.Random(seed)
         interval_ns = int(1e9 / rate)
@@ -186,7 +209,7 @@ class Worker:
             start = time.monotonic_ns()
             outcome = await connection.call(self._body())
             self.in_flight -= 1
-            self._record(start, outcome, delayed)
+            self._record(start, outcome, delayed, getattr(connection, "sent_ns", 0))
         except (OSError, ConnectionError) as exc:
             self.errors += 1
             self.error = self.error or f"connection failed: {exc}"
@@ -202,7 +225,8 @@ class Worker:
     def _swap(self) -> dict[str, Any]:
         out = {"starts": self.starts.tobytes(), "ends": self.ends.tobytes(), "delayed": self.delayed.tobytes(),
                "responses": self.responses.tobytes(), "completed": self.completed, "errors": self.errors,
-               "sent": self.sent, "request_ns": self.request_ns, "receive_ns": self.receive_ns,
+               "sent": self.sent, "request_ns": self.request_ns, "send_ns": self.send_ns,
+               "receive_ns": self.receive_ns,
                "error": self.error, "in_flight": self.in_flight}
         self._reset()
         self.error = None
@@ -229,6 +253,8 @@ class Worker:
                 self.set_concurrency(int(args[0]))
             elif command == "rate":
                 self.set_rate(*args)
+            elif command == "intervals":
+                self.set_intervals(*args)
             elif command == "swap":
                 self._send(self._swap())
             elif command == "stop":

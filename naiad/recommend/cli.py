@@ -49,7 +49,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--server-cmd", default=None, metavar="COMMAND",
                         help="serve each variant with this command instead of naiad, with placeholders {repo} "
                              "{model} {http_port} {grpc_port} {metrics_port}, e.g. real Triton: "
-                             "\"../shared/peers/triton.sh run {repo} {http_port} {grpc_port} {metrics_port}\"")
+                             "\"tritonserver --model-repository {repo} --http-port {http_port} --grpc-port "
+                             "{grpc_port} --metrics-port {metrics_port}\"")
     parser.add_argument("-i", "--protocol", choices=["http", "grpc"], default="http",
                         help="protocol of the load")
     parser.add_argument("--input-data", default="random", metavar="zero|random|FILE.json",
@@ -67,6 +68,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="pin the load generator to these cores, e.g. 0, so it does not compete with the server")
     parser.add_argument("--ready-timeout", type=float, default=180.0, metavar="SECONDS",
                         help="how long a variant's server may take to become ready")
+    parser.add_argument("--repeats", type=int, default=3, metavar="N",
+                        help="run the traffic pattern N times on each variant (default: %(default)s): the report "
+                             "shows the spread, and says when it is too wide to choose")
 
 
 def _pattern(path: Path | None, key: str) -> tuple[dict[str, Any] | None, dict[str, Any] | None]:
@@ -120,6 +124,11 @@ def run(args: argparse.Namespace) -> int:
         # checked before any server starts; the levels' length bounds how long a load test may take
         expected_s = sum(level.duration_s for level in traffic_levels(traffic or DEFAULT_TRAFFIC))
         Stopping.parse(stopping)
+        if args.repeats < 1:
+            raise ValueError(f"--repeats must be at least 1, got {args.repeats}")
+        from naiad.bench.traffic import aws_limits
+
+        traffic_notes = aws_limits(traffic or DEFAULT_TRAFFIC, stopping)
     except (OSError, ValueError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
@@ -129,10 +138,12 @@ def run(args: argparse.Namespace) -> int:
                            command=args.server_cmd or serving.naiad_command(), protocol=args.protocol,
                            input_data=args.input_data, shapes=shapes, processes=args.bench_processes,
                            ready_timeout_s=args.ready_timeout, server_cpus=args.server_cpus,
-                           traffic_timeout_s=2 * expected_s + 60)
+                           traffic_timeout_s=args.repeats * 2 * expected_s + 60, repeats=args.repeats)
     if args.bench_cpus:
         # the generator's processes start after this and inherit it
         os.sched_setaffinity(0, args.bench_cpus)
+    for line in traffic_notes:
+        print(f"note: {line}", flush=True)
     for label, why in plan.skipped:
         print(f"skipping {label}: {why}", flush=True)
     if not plan.variants:
@@ -158,7 +169,11 @@ def run(args: argparse.Namespace) -> int:
     rows = [select.row(m, args.sla_p95_ms, args.price_per_hour) for m in results]
     winner, reason = select.choose(rows, args.sla_p95_ms)
     generator_ceiling = next((m.generator_ceiling for m in results if m.generator_ceiling), None)
-    warnings = select.notes(rows, generator_ceiling, args.server_cpus)
+    generator_limited, limit_notes = select.limits(rows, args.server_cpus)
+    decided, why = select.verdict(rows, winner, args.sla_p95_ms, generator_limited)
+    if winner is not None and not decided:
+        reason = f"no clear winner (see the verdict). Best median: {reason}"
+    warnings = traffic_notes + limit_notes + select.notes(rows, generator_ceiling, args.server_cpus)
     winner_config = ""
     best = out / "config.pbtxt"
     if winner is not None:
@@ -173,6 +188,12 @@ def run(args: argparse.Namespace) -> int:
         "server_cpus": sorted(args.server_cpus or []), "bench_cpus": sorted(args.bench_cpus or []),
         "server": options.command, "traffic": options.traffic, "stopping": options.stopping,
         "skipped": plan.skipped, "generator_ceiling": generator_ceiling, "notes": warnings,
+        "repeats": args.repeats, "verdict": {"decided": decided if winner is not None else False, "why": why},
+        "InferenceRecommendations": [
+            {"RecommendationId": r.slug, "Metrics": r.metrics,
+             "EndpointConfiguration": {"InstanceType": "local", "InitialInstanceCount": 1},
+             "naiad_variant": r.variant}
+            for r in rows if r.metrics],
         "machine": {"cpus": os.cpu_count(), "platform": platform.platform(), "python": platform.python_version()},
     }
     report.write(out, summary, rows, results, args.sla_p95_ms, args.price_per_hour)
@@ -182,6 +203,8 @@ def run(args: argparse.Namespace) -> int:
     for line in warnings:
         print(f"note: {line}")
     print(f"recommendation: {reason}")
+    if winner is not None:
+        print(f"verdict: {'decided' if decided else 'undecided'}: {why}")
     if winner is not None:
         print(f"config: {best}")
     print(f"report: {out / 'report.html'}")

@@ -16,12 +16,16 @@ from naiad.recommend.sweep import Measured
 COLUMNS: list[tuple[str, str, str]] = [
     ("variant", "variant", "{}"),
     ("max_invocations_per_minute", "max invocations/min", "{:.0f}"),
+    ("max_throughput", "inferences/s (median run)", "{:.1f}"),
+    ("spread", "lowest-highest run", "{}"),
     ("p50_ms", "p50 ms", "{:.2f}"),
     ("p95_ms", "p95 ms", "{:.2f}"),
     ("p99_ms", "p99 ms", "{:.2f}"),
     ("sla_invocations_per_minute", "invocations/min within SLA", "{:.0f}"),
     ("sla_p95_ms", "p95 ms there", "{:.2f}"),
+    ("sla_spread", "within SLA: lowest-highest run", "{}"),
     ("cpu_cores", "CPU cores", "{:.2f}"),
+    ("generator_cpu_cores", "generator CPU cores", "{:.2f}"),
     ("memory_mb_peak", "memory MB (peak)", "{:.0f}"),
     ("setup_s", "setup s", "{:.2f}"),
     ("load_duration_s", "model load s", "{:.3f}"),
@@ -39,9 +43,13 @@ def cell(row: Row, key: str, fmt: str) -> str:
 
 
 def columns(rows: list[Row], sla: bool, price: bool) -> list[tuple[str, str, str]]:
-    skip = set() if sla else {"sla_invocations_per_minute", "sla_p95_ms"}
+    skip = set() if sla else {"sla_invocations_per_minute", "sla_p95_ms", "sla_spread"}
     if not price:
         skip |= {"cost_per_hour", "cost_per_million"}
+    if all(r.runs < 2 for r in rows):
+        skip |= {"spread", "sla_spread"}
+    if all(r.generator_cpu_cores is None for r in rows):
+        skip.add("generator_cpu_cores")
     if all(r.load_duration_s is None for r in rows):
         skip.add("load_duration_s")
     if all(r.stop_reason in ("", "completed") for r in rows):
@@ -80,21 +88,41 @@ def _write_data(out: Path, name: str, records: list[dict[str, Any]]) -> None:
             writer.writerows(records)
 
 
+def _spread(values: list[float]) -> tuple[float, float, float]:
+    """(median, min, max)."""
+    ordered = sorted(values)
+    middle = len(ordered) // 2
+    median = ordered[middle] if len(ordered) % 2 else (ordered[middle - 1] + ordered[middle]) / 2
+    return median, ordered[0], ordered[-1]
+
+
 def curve_records(results: list[Measured]) -> list[dict[str, Any]]:
+    """One record per variant and load level: the median over the runs of the traffic pattern, with the
+    lowest and highest run beside it (``_min`` / ``_max``)."""
     records = []
     for m in results:
         if m.traffic is None:
             continue
+        runs = m.runs or [m.traffic]
         for step, level in enumerate(m.traffic.levels, 1):
-            lat = level.latency_us
-            records.append({
+            same = [run.levels[step - 1] for run in runs if len(run.levels) >= step and run.levels[step - 1].requests]
+            if not same:
+                same = [level]
+            throughput = _spread([lv.throughput for lv in same])
+            record: dict[str, Any] = {
                 "variant": m.variant.label, "slug": m.variant.slug, "step": step,
                 "concurrency": level.concurrency, "request_rate": level.request_rate,
-                "requests": level.requests, "errors": level.errors, "stable": level.stable,
-                "throughput": level.throughput,
-                **{f"{k}_ms": (lat[k] / 1000.0 if k in lat else None) for k in ("avg", "p50", "p90", "p95", "p99",
-                                                                               "max")},
-            })
+                "requests": sum(lv.requests for lv in same), "errors": sum(lv.errors for lv in same),
+                "stable": all(lv.stable for lv in same), "runs": len(same),
+                "throughput": throughput[0], "throughput_min": throughput[1], "throughput_max": throughput[2],
+            }
+            for key in ("avg", "p50", "p90", "p95", "p99", "max"):
+                values = [lv.latency_us[key] / 1000.0 for lv in same if key in lv.latency_us]
+                median, low, high = _spread(values) if values else (None, None, None)
+                record[f"{key}_ms"] = median
+                if key == "p95":
+                    record["p95_ms_min"], record["p95_ms_max"] = low, high
+            records.append(record)
     return records
 
 
@@ -102,7 +130,7 @@ def _value_labels(ax: Any, fmt: str) -> None:
     """Each bar's value at its end (the first container: the main bars)."""
     if ax.containers:
         ax.bar_label(ax.containers[0], labels=[fmt.format(b.get_width()) for b in ax.containers[0]], fontsize=7,
-                     padding=3)
+                     padding=3, bbox={"facecolor": "white", "edgecolor": "none", "alpha": 0.8, "pad": 1})
         ax.margins(x=0.15)
 
 
@@ -111,7 +139,35 @@ def _legend_below(ax: Any) -> None:
     ax.legend(fontsize=8, loc="upper center", bbox_to_anchor=(0.5, -0.15), ncol=2, frameon=False)
 
 
-def _figures(out: Path, rows: list[Row], curves: list[dict[str, Any]], sla_p95_ms: float | None) -> list[str]:
+WINNER_MARK = "\u2605 recommended"
+
+
+def _name(r: Row, winner: str | None) -> str:
+    return f"{r.variant}  {WINNER_MARK}" if r.variant == winner else r.variant
+
+
+def _bar_spread(ax: Any, labels: list[str], medians: list[float], lows: list[float | None],
+                highs: list[float | None]) -> None:
+    """Min-max whiskers over the runs on horizontal bars."""
+    left = [max(0.0, m - (lo if lo is not None else m)) for m, lo in zip(medians, lows)]
+    right = [max(0.0, (hi if hi is not None else m) - m) for m, hi in zip(medians, highs)]
+    ax.errorbar(medians, labels, xerr=[left, right], fmt="none", ecolor="black", elinewidth=1, capsize=4,
+                label="lowest-highest run")
+
+
+def _mark_winner_bars(ax: Any, labels: list[str], winner: str | None) -> None:
+    for bar, label in zip(ax.containers[0], labels):
+        if winner is not None and label.startswith(winner) and label.endswith(WINNER_MARK):
+            bar.set_edgecolor("gold")
+            bar.set_linewidth(3)
+            bar.set_hatch("//")
+    for tick in ax.get_yticklabels():
+        if tick.get_text().endswith(WINNER_MARK):
+            tick.set_fontweight("bold")
+
+
+def _figures(out: Path, rows: list[Row], curves: list[dict[str, Any]], sla_p95_ms: float | None,
+             winner: str | None = None, undecided: str = "") -> list[str]:
     import matplotlib
 
     matplotlib.use("Agg")   # files only, never a display
@@ -119,62 +175,96 @@ def _figures(out: Path, rows: list[Row], curves: list[dict[str, Any]], sla_p95_m
 
     written = []
     measured = [r for r in rows if r.status == "measured"]
+    runs = max((r.runs for r in measured), default=1)
+    suffix = f" (median of {runs} runs; whiskers: lowest-highest)" if runs > 1 else ""
+    banner = f"No clear winner: {undecided}" if undecided else ""
 
-    fig, ax = plt.subplots(figsize=(8, 5))
+    def title(ax: Any, text: str) -> None:
+        ax.set_title(text + suffix, fontsize=10)
+        if banner:   # across the top of the figure, wrapped: the verdict travels with every image
+            import textwrap
+
+            ax.figure.text(0.5, 0.995, "\n".join(textwrap.wrap(banner, 120)[:2]), ha="center", va="top",
+                           fontsize=8, color="darkred")
+
+    def save(fig: Any, name: str) -> None:
+        fig.tight_layout(rect=(0, 0, 1, 0.94) if banner else (0, 0, 1, 1))
+        fig.savefig(out / f"{name}.png", dpi=100)
+        plt.close(fig)
+        written.append(name)
+
+    fig, ax = plt.subplots(figsize=(9, 5.5))
     for r in measured:
         # in the order the load rose, so a level where throughput fell shows as the curve turning back
         points = [c for c in curves if c["slug"] == r.slug and c["requests"]]
-        if points:
-            line, = ax.plot([c["throughput"] for c in points], [c["p95_ms"] for c in points], marker="o",
-                            label=r.variant)
-            for c in points:
-                load = f"c{c['concurrency']}" if c["concurrency"] is not None else f"{c['request_rate']:g}/s"
-                ax.annotate(load, (c["throughput"], c["p95_ms"]), textcoords="offset points", xytext=(4, 4),
-                            fontsize=7, color=line.get_color())
+        if not points:
+            continue
+        best = r.variant == winner
+        xs = [c["throughput"] for c in points]
+        ys = [c["p95_ms"] for c in points]
+        xerr = [[x - c["throughput_min"] for x, c in zip(xs, points)],
+                [c["throughput_max"] - x for x, c in zip(xs, points)]]
+        yerr = [[y - c["p95_ms_min"] for y, c in zip(ys, points)], [c["p95_ms_max"] - y for y, c in zip(ys, points)]]
+        bars = ax.errorbar(xs, ys, xerr=xerr, yerr=yerr, marker="*" if best else "o", markersize=12 if best else 5,
+                           linewidth=3 if best else 1.2, elinewidth=0.8, capsize=3, zorder=3 if best else 2,
+                           label=_name(r, winner))
+        color = bars.lines[0].get_color()
+        for c in points:
+            load = f"c{c['concurrency']}" if c["concurrency"] is not None else f"{c['request_rate']:g}/s"
+            ax.annotate(load, (c["throughput"], c["p95_ms"]), textcoords="offset points", xytext=(4, 4),
+                        fontsize=7, color=color)
     if sla_p95_ms is not None:
         ax.axhline(sla_p95_ms, color="red", linestyle="--", linewidth=1, label=f"SLA p95 {sla_p95_ms:g} ms")
     ax.set_xlabel("throughput (inferences/s)")
     ax.set_ylabel("p95 latency (ms)")
-    ax.set_title("Throughput vs p95 latency, one point per load level")
+    title(ax, "Throughput vs p95 latency per load level")
     ax.grid(True, alpha=0.3)
     if ax.get_legend_handles_labels()[0]:
         ax.legend(fontsize=8)
-    fig.tight_layout()
-    fig.savefig(out / "curves.png", dpi=100)
-    plt.close(fig)
-    written.append("curves")
+    save(fig, "curves")
 
-    labels = [r.variant for r in measured]
-    fig, ax = plt.subplots(figsize=(8, 4.5))
-    ax.barh(labels, [r.max_invocations_per_minute or 0.0 for r in measured], color="tab:blue", label="max")
-    if sla_p95_ms is not None:
-        ax.barh(labels, [r.sla_invocations_per_minute or 0.0 for r in measured], color="tab:green", height=0.4,
-                label=f"within SLA (p95 <= {sla_p95_ms:g} ms)")
-        _legend_below(ax)
+    labels = [_name(r, winner) for r in measured]
+    fig, ax = plt.subplots(figsize=(9, 4.8))
+    values = [r.max_throughput or 0.0 for r in measured]
+    ax.barh(labels, values, color="tab:blue", label="max (median run)")
+    _mark_winner_bars(ax, labels, winner)
     _value_labels(ax, "{:,.0f}")
-    ax.set_xlabel("invocations per minute")
-    ax.set_title("Max throughput per variant")
+    if sla_p95_ms is not None:
+        ax.barh(labels, [r.sla_throughput or 0.0 for r in measured], color="tab:green", height=0.4,
+                label=f"within SLA (p95 <= {sla_p95_ms:g} ms)")
+        _bar_spread(ax, labels, [r.sla_throughput or 0.0 for r in measured],
+                    [r.sla_throughput_low for r in measured], [r.sla_throughput_high for r in measured])
+    else:
+        _bar_spread(ax, labels, values, [r.max_throughput_low for r in measured],
+                    [r.max_throughput_high for r in measured])
+    _legend_below(ax)
+    ax.set_xlabel("inferences per second")
+    title(ax, "Max throughput per variant")
     ax.invert_yaxis()
-    fig.tight_layout()
-    fig.savefig(out / "max_throughput.png", dpi=100)
-    plt.close(fig)
-    written.append("max_throughput")
+    save(fig, "max_throughput")
 
     if measured and measured[0].cost_per_hour is not None:
-        fig, ax = plt.subplots(figsize=(8, 4.5))
-        ax.barh(labels, [r.cost_per_million or 0.0 for r in measured], color="tab:orange", label="at max throughput")
+        price = measured[0].cost_per_hour
+
+        def per_million(throughput: float | None) -> float:
+            return price / (throughput * 3600.0) * 1e6 if throughput else 0.0
+
+        fig, ax = plt.subplots(figsize=(9, 4.8))
+        costs = [r.cost_per_million or 0.0 for r in measured]
+        ax.barh(labels, costs, color="tab:orange", label="at max throughput (median run)")
+        _mark_winner_bars(ax, labels, winner)
+        _value_labels(ax, "${:.4f}")
+        # the slowest run is the dearest
+        _bar_spread(ax, labels, costs, [per_million(r.max_throughput_high) for r in measured],
+                    [per_million(r.max_throughput_low) for r in measured])
         if sla_p95_ms is not None:
             ax.barh(labels, [r.sla_cost_per_million or 0.0 for r in measured], color="tab:purple", height=0.4,
                     label="at the SLA throughput")
-            _legend_below(ax)
-        _value_labels(ax, "${:.4f}")
-        ax.set_xlabel(f"USD per million inferences (instance at ${measured[0].cost_per_hour:g}/hour)")
-        ax.set_title("Cost per million inferences")
+        _legend_below(ax)
+        ax.set_xlabel(f"USD per million inferences (instance at ${price:g}/hour)")
+        title(ax, "Cost per million inferences")
         ax.invert_yaxis()
-        fig.tight_layout()
-        fig.savefig(out / "cost.png", dpi=100)
-        plt.close(fig)
-        written.append("cost")
+        save(fig, "cost")
     return written
 
 
@@ -193,14 +283,25 @@ def write(out: Path, summary: dict[str, Any], rows: list[Row], results: list[Mea
     _write_data(out, "curves", curves)
     _write_data(out, "max_throughput", [
         {"variant": r.variant, "max_invocations_per_minute": r.max_invocations_per_minute,
-         "max_throughput": r.max_throughput, "sla_invocations_per_minute": r.sla_invocations_per_minute,
-         "sla_throughput": r.sla_throughput}
+         "max_throughput": r.max_throughput, "max_throughput_min": r.max_throughput_low,
+         "max_throughput_max": r.max_throughput_high, "sla_invocations_per_minute": r.sla_invocations_per_minute,
+         "sla_throughput": r.sla_throughput, "sla_throughput_min": r.sla_throughput_low,
+         "sla_throughput_max": r.sla_throughput_high, "runs": r.runs, "winner": r.variant == summary.get("winner")}
         for r in rows if r.status == "measured"])
     if price_per_hour is not None:
         _write_data(out, "cost", [
             {"variant": r.variant, "cost_per_hour": r.cost_per_hour, "cost_per_million": r.cost_per_million,
              "sla_cost_per_million": r.sla_cost_per_million} for r in rows if r.status == "measured"])
-    figures = _figures(out, rows, curves, sla_p95_ms)
+    verdict = summary.get("verdict") or {}
+    figures = _figures(out, rows, curves, sla_p95_ms, summary.get("winner"),
+                       "" if verdict.get("decided", True) else str(verdict.get("why", "")))
+    if "InferenceRecommendations" in summary:
+        (out / "inference_recommendations.json").write_text(json.dumps(
+            {"JobName": f"naiad-recommend-{summary['model']}", "JobType": "Advanced", "Status": "COMPLETED",
+             "InputConfig": {"TrafficPattern": summary.get("traffic"),
+                             "StoppingConditions": summary.get("stopping")},
+             "InferenceRecommendations": summary["InferenceRecommendations"]}, indent=2) + "\n",
+            encoding="utf-8")
     (out / "report.html").write_text(_html(summary, rows, figures, sla_p95_ms, price_per_hour), encoding="utf-8")
     return figures
 
@@ -210,10 +311,20 @@ def _pinned(words: str, cpus: list[int] | None) -> str:
 
 
 _CAPTIONS = {
-    "curves": "Throughput vs p95 latency per variant, one point per load level",
-    "max_throughput": "Max invocations per minute per variant",
+    "curves": "Throughput vs p95 latency per variant, one point per load level (median run; whiskers: lowest-highest)",
+    "max_throughput": "Max throughput per variant (the winner marked; whiskers: lowest-highest run)",
     "cost": "Cost per million inferences",
 }
+
+
+def _verdict_html(summary: dict[str, Any]) -> str:
+    verdict = summary.get("verdict")
+    if not verdict or not summary.get("winner"):
+        return ""
+    decided = verdict.get("decided")
+    color, word = ("#e6f4e6", "Decided") if decided else ("#fde2e1", "Too noisy to choose")
+    return (f'<p style="background:{color};padding:.6em;border-radius:4px"><b>Verdict: {word}.</b> '
+            f'{html.escape(str(verdict.get("why", "")))}</p>')
 
 
 def _html(summary: dict[str, Any], rows: list[Row], figures: list[str], sla_p95_ms: float | None,
@@ -236,12 +347,14 @@ def _html(summary: dict[str, Any], rows: list[Row], figures: list[str], sla_p95_
 <html><head><meta charset="utf-8"><title>naiad recommend: {e(summary['model'])}</title>
 <style>
 body {{ font-family: sans-serif; margin: 2em; max-width: 72em; }}
-table {{ border-collapse: collapse; }} td, th {{ border: 1px solid #ccc; padding: .3em .6em; text-align: right; }}
+table {{ border-collapse: collapse; font-size: .85em; }}
+td, th {{ border: 1px solid #ccc; padding: .3em .6em; text-align: right; }}
 td:first-child, th:first-child {{ text-align: left; }} tr.winner {{ background: #e6f4e6; font-weight: bold; }}
 pre {{ background: #f6f6f6; padding: .6em; overflow-x: auto; }} img {{ max-width: 100%; }}
 </style></head><body>
 <h1>naiad recommend: {e(summary['model'])}</h1>
 <p><b>Recommendation:</b> {e(summary['reason'])}</p>
+{_verdict_html(summary)}
 <p>Server: <code>{e(summary['server'])}</code>{_pinned("on cores", summary.get("server_cpus"))}. Load:
 {e(summary['protocol'])}, generator on the same machine ({summary['machine']['cpus']} CPUs)
 {_pinned("on cores", summary.get("bench_cpus"))}. CPU and memory are the server's process tree (model processes
@@ -249,8 +362,12 @@ included), memory as proportional set size; CPU cores is CPU seconds per second 
 <h2>Variants</h2>
 <table><tr>{head}</tr>{body}</table>
 <p>Data: <a href="recommendations.csv">CSV</a>, <a href="recommendations.json">JSON</a>,
-<a href="recommendations.md">Markdown</a>, <a href="summary.json">summary</a>. p50 / p95 / p99 are at the level
-of max invocations; the SLA columns at the busiest level whose p95 meets the SLA.</p>
+<a href="recommendations.md">Markdown</a>, <a href="summary.json">summary</a>, and Inference Recommender's
+<a href="inference_recommendations.json">InferenceRecommendations</a> (its field names and units: MaxInvocations
+where the curve levels off, CPU and memory in percent, cost per inference). The traffic pattern ran
+{summary.get("repeats", 1)} time(s) on each variant: throughput is the median run's, beside the lowest and highest
+run; p50 / p95 / p99 are at the level of max invocations of the median run; the SLA columns at the busiest level
+whose p95 meets the SLA. The winner is marked {WINNER_MARK} in every figure.</p>
 {f"<h3>Notes</h3><ul>{notes}</ul>" if notes else ""}
 {f"<h3>Skipped</h3><ul>{skipped}</ul>" if skipped else ""}
 {f"<h3>Failed</h3><ul>{failed}</ul>" if failed else ""}

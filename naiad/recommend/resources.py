@@ -18,6 +18,16 @@ class Usage:
     memory_mb_peak: float = 0.0
     processes: int = 0            # most processes seen in the tree at once
     samples: list[tuple[float, float, float]] = field(default_factory=list)   # (seconds, cores, MB)
+    began_ns: int = 0             # CLOCK_MONOTONIC at the start: samples' seconds count from here
+    memory_percent_peak: float = 0.0   # memory_mb_peak as a share of the machine's memory
+    machine_cores_avg: float = 0.0     # every process on the machine (psutil's system-wide CPU times)
+
+    def between(self, start_ns: int, end_ns: int) -> tuple[float | None, float | None]:
+        """(cores, MB) averaged over the samples taken between two CLOCK_MONOTONIC instants (a load level)."""
+        inside = [s for s in self.samples if start_ns <= self.began_ns + s[0] * 1e9 <= end_ns + 0.3e9]
+        if not inside:
+            return None, None
+        return sum(s[1] for s in inside) / len(inside), sum(s[2] for s in inside) / len(inside)
 
 
 def _tree(root: psutil.Process) -> list[psutil.Process]:
@@ -45,12 +55,19 @@ def _memory(proc: psutil.Process) -> float:
         return 0.0
 
 
+def _busy_seconds() -> float:
+    """CPU seconds every core of the machine spent on anything but idling."""
+    times = psutil.cpu_times()
+    return float(sum(getattr(times, name, 0.0) for name in ("user", "nice", "system", "irq", "softirq")))
+
+
 class Sampler:
     """``with Sampler(pid) as s: ...`` then ``s.usage``. CPU is counted per process from the start of the run
     (processes that appear later count from when first seen), so work done before the run is not counted."""
 
-    def __init__(self, pid: int, interval_s: float = 0.25) -> None:
+    def __init__(self, pid: int, interval_s: float = 0.25, exclude: int | None = None) -> None:
         self.root = psutil.Process(pid)
+        self.exclude = exclude   # a child whose tree is not counted (the generator's sampler leaves the server out)
         self.interval_s = interval_s
         self.usage = Usage()
         self._stop = threading.Event()
@@ -64,6 +81,8 @@ class Sampler:
             if seconds is not None:
                 self._base[proc.pid] = self._last[proc.pid] = seconds
         self._began = time.monotonic()
+        self.usage.began_ns = int(self._began * 1e9)
+        self._machine = _busy_seconds()
         self._thread.start()
         return self
 
@@ -76,10 +95,12 @@ class Sampler:
         u = self.usage
         u.cpu_cores_avg = used / wall if wall > 0 else 0.0
         u.cpu_percent = 100.0 * u.cpu_cores_avg / (psutil.cpu_count() or 1)
+        u.machine_cores_avg = (_busy_seconds() - self._machine) / wall if wall > 0 else 0.0
         if u.samples:
             u.cpu_cores_peak = max(s[1] for s in u.samples)
             u.memory_mb_avg = sum(s[2] for s in u.samples) / len(u.samples)
             u.memory_mb_peak = max(s[2] for s in u.samples)
+            u.memory_percent_peak = 100.0 * u.memory_mb_peak * 2**20 / psutil.virtual_memory().total
 
     def _run(self) -> None:
         previous = self._began
@@ -90,6 +111,13 @@ class Sampler:
 
     def _sample(self, now: float, elapsed: float | None = None) -> None:
         procs = _tree(self.root)
+        if self.exclude is not None:
+            try:
+                left_out = {p.pid for p in _tree(psutil.Process(self.exclude))}
+            except psutil.Error:
+                left_out = set()
+            left_out.add(self.exclude)
+            procs = [p for p in procs if p.pid not in left_out]
         delta = 0.0
         memory = 0.0
         for proc in procs:

@@ -5,7 +5,8 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass
 from typing import Any
 
-from naiad.bench.api import LoadResult
+from naiad.bench.api import LoadResult, TrafficResult
+from naiad.bench.traffic import FLAT_GAIN
 from naiad.recommend.sweep import Measured
 
 
@@ -37,9 +38,32 @@ class Row:
     errors: int = 0
     stop_reason: str = ""
     error: str = ""
+    runs: int = 0                              # repeats of the traffic pattern measured
+    max_throughput_low: float | None = None    # the spread of max_throughput (the median) over the runs
+    max_throughput_high: float | None = None
+    sla_throughput_low: float | None = None    # the same within the SLA (a run with no level within it: 0)
+    sla_throughput_high: float | None = None
+    generator_cpu_cores: float | None = None   # the load generator's CPU over the runs (this process included)
+    generator_processes: int = 0
+    machine_cpu_cores: float | None = None     # every process on the machine over the runs
+    metrics: dict[str, Any] | None = None      # Inference Recommender's RecommendationMetrics (see ir_metrics)
 
     def as_dict(self) -> dict[str, Any]:
         return asdict(self)
+
+    @property
+    def spread(self) -> str:
+        """The lowest and highest run's max throughput, inferences/s."""
+        return _range(self.max_throughput_low, self.max_throughput_high, self.runs)
+
+    @property
+    def sla_spread(self) -> str:
+        """The same within the SLA (a run where no level met it counts 0)."""
+        return _range(self.sla_throughput_low, self.sla_throughput_high, self.runs)
+
+
+def _range(low: float | None, high: float | None, runs: int) -> str:
+    return "" if low is None or high is None or runs < 2 else f"{low:.0f}-{high:.0f}"
 
 
 def _ms(value: float | None) -> float | None:
@@ -62,6 +86,60 @@ def _best_level(levels: list[LoadResult], per_minute: float) -> LoadResult | Non
     return min(measured, key=lambda level: abs(_per_minute(level) - per_minute)) if measured else None
 
 
+def _run_best(run: TrafficResult, sla_p95_ms: float | None) -> float:
+    """A run's best throughput (within the SLA when one is given; 0 when no level meets it)."""
+    levels = [lv for lv in run.levels if lv.requests]
+    if sla_p95_ms is not None:
+        levels = [lv for lv in levels if lv.latency_us.get("p95", float("inf")) / 1000.0 <= sla_p95_ms]
+    return max((lv.throughput for lv in levels), default=0.0)
+
+
+def _median(values: list[float]) -> float:
+    ordered = sorted(values)
+    middle = len(ordered) // 2
+    return ordered[middle] if len(ordered) % 2 else (ordered[middle - 1] + ordered[middle]) / 2
+
+
+def plateau(levels: list[LoadResult]) -> LoadResult | None:
+    """Where the invocations curve levels off, as Inference Recommender reads its results: the first level (in
+    the order the load rose) within FLAT_GAIN of the best throughput."""
+    measured = [lv for lv in levels if lv.requests]
+    if not measured:
+        return None
+    top = max(lv.throughput for lv in measured)
+    return next(lv for lv in measured if lv.throughput >= (1 - FLAT_GAIN) * top)
+
+
+def ir_metrics(measured: Measured, price_per_hour: float | None) -> dict[str, Any] | None:
+    """SageMaker's RecommendationMetrics for a variant, in its units: MaxInvocations (requests per minute, at
+    the level where the curve levels off), ModelLatency (ms, average there), CpuUtilization and MemoryUtilization
+    (percent, there; CPU as CloudWatch counts it: 100 per busy core), CostPerHour and CostPerInference (USD),
+    ModelSetupTime (seconds, spawn to ready)."""
+    traffic = measured.traffic
+    level = plateau(traffic.levels) if traffic is not None else None
+    if level is None:
+        return None
+    per_minute = _per_minute(level)
+    cores, memory_mb = (measured.usage.between(level.start_ns, level.end_ns) if measured.usage and level.end_ns
+                        else (None, None))
+    if cores is None and measured.usage is not None:
+        cores, memory_mb = measured.usage.cpu_cores_avg, measured.usage.memory_mb_avg
+    import psutil
+
+    total_mb = psutil.virtual_memory().total / 2**20
+    return {
+        "MaxInvocations": int(round(per_minute)),
+        "ModelLatency": int(round(level.latency_us.get("avg", 0.0) / 1000.0)),
+        # (SageMaker's NaN, "not available", is null here: JSON has no NaN)
+        "CpuUtilization": round(100.0 * cores, 2) if cores is not None else None,
+        "MemoryUtilization": round(100.0 * memory_mb / total_mb, 3) if memory_mb is not None else None,
+        "CostPerHour": price_per_hour,
+        "CostPerInference": (price_per_hour / (per_minute * 60.0) if price_per_hour is not None and per_minute
+                             else None),
+        "ModelSetupTime": int(round(measured.setup_s)) if measured.setup_s is not None else None,
+    }
+
+
 def row(measured: Measured, sla_p95_ms: float | None, price_per_hour: float | None) -> Row:
     v = measured.variant
     r = Row(v.label, v.backend, v.kind, v.slug, "measured" if measured.ok else "failed", error=measured.error,
@@ -72,7 +150,11 @@ def row(measured: Measured, sla_p95_ms: float | None, price_per_hour: float | No
     best = _best_level(traffic.levels, traffic.max_invocations_per_minute)
     latency = traffic.latency_at_max_us or (best.latency_us if best else {})
     r.max_invocations_per_minute = traffic.max_invocations_per_minute
-    r.max_throughput = best.throughput if best else 0.0
+    runs = measured.runs or [traffic]
+    bests = [_run_best(run, None) for run in runs]
+    r.runs = len(runs)
+    r.max_throughput = _median(bests) if len(runs) > 1 else (best.throughput if best else 0.0)
+    r.max_throughput_low, r.max_throughput_high = min(bests), max(bests)
     r.p50_ms, r.p95_ms, r.p99_ms = (_ms(latency.get(k)) for k in ("p50", "p95", "p99"))
     r.errors = sum(level.errors for level in traffic.levels)
     r.stop_reason = traffic.stop_reason
@@ -85,10 +167,20 @@ def row(measured: Measured, sla_p95_ms: float | None, price_per_hour: float | No
             top = max(within, key=lambda lv: lv.throughput)
             r.sla_throughput, r.sla_p95_ms = top.throughput, top.latency_us["p95"] / 1000.0
             r.sla_invocations_per_minute = _per_minute(top)
+        sla_bests = [_run_best(run, sla_p95_ms) for run in runs]
+        r.sla_throughput_low, r.sla_throughput_high = min(sla_bests), max(sla_bests)
+        if len(runs) > 1 and within:
+            r.sla_throughput = _median(sla_bests) or top.throughput
+            r.sla_invocations_per_minute = r.sla_throughput * 60   # recommend sends batch 1
     if measured.usage is not None:
         u = measured.usage
         r.cpu_cores, r.cpu_percent = u.cpu_cores_avg, u.cpu_percent
         r.memory_mb_avg, r.memory_mb_peak = u.memory_mb_avg, u.memory_mb_peak
+    if measured.generator_usage is not None:
+        r.generator_cpu_cores = measured.generator_usage.cpu_cores_avg
+        r.machine_cpu_cores = measured.generator_usage.machine_cores_avg
+    r.generator_processes = measured.generator_processes
+    r.metrics = ir_metrics(measured, price_per_hour)
     if price_per_hour is not None:
         r.cost_per_hour = price_per_hour   # one server per instance: the instance's price
         r.cost_per_million = _per_million(price_per_hour, r.max_throughput)
@@ -140,3 +232,64 @@ def notes(rows: list[Row], generator_ceiling: float | None, server_cpus: set[int
                        f"limited throughput, not the server")
     return out
 
+
+
+# The generator, not the server, set the pace: the server used under this much of a core (or of its pinned
+# cores) while the generator's processes were this busy.
+IDLE_SERVER = 0.5
+SATURATED_GENERATOR = 0.7
+# Other work on the machine (beyond the server and the generator) worth naming, in cores.
+BUSY_MACHINE = 0.5
+
+
+def limits(rows: list[Row], server_cpus: set[int] | None) -> tuple[bool, list[str]]:
+    """Whether the load generator limited any variant (its numbers then compare generators, not configs), and
+    sentences saying what limited what."""
+    out = []
+    limited = False
+    budget = len(server_cpus) if server_cpus else 1
+    for r in rows:
+        if r.cpu_cores is None or r.generator_cpu_cores is None or r.status != "measured":
+            continue
+        if r.cpu_cores >= IDLE_SERVER * budget:
+            continue
+        others = max(0.0, (r.machine_cpu_cores or 0.0) - r.cpu_cores - r.generator_cpu_cores)
+        if r.generator_processes and r.generator_cpu_cores >= SATURATED_GENERATOR * r.generator_processes:
+            limited = True
+            out.append(f"{r.variant}: the load generator was the limit, not the server: the server used "
+                       f"{r.cpu_cores:.2f} of {budget} core(s) while the generator's {r.generator_processes} "
+                       f"process(es) used {r.generator_cpu_cores:.2f} cores; give the generator more cores "
+                       f"(--bench-cpus, --bench-processes) or pin the server apart (--server-cpus)")
+        elif others >= BUSY_MACHINE:
+            out.append(f"{r.variant}: the machine was busy with other work ({others:.2f} cores beside the server's "
+                       f"{r.cpu_cores:.2f} and the generator's {r.generator_cpu_cores:.2f}): its numbers say more "
+                       f"about the machine than about the variant")
+    return limited, out
+
+
+def verdict(rows: list[Row], winner: Row | None, sla_p95_ms: float | None,
+            generator_limited: bool) -> tuple[bool, str]:
+    """(decided, why): whether the winner beat every other variant in every run, so noise cannot have chosen it."""
+    if winner is None:
+        return False, "no winner"
+    if generator_limited:
+        return False, ("too noisy to choose: the load generator, not the server, limited the throughput, so the "
+                       "variants were not compared; see the notes")
+    low_key, high_key = (("sla_throughput_low", "sla_throughput_high") if sla_p95_ms is not None
+                         else ("max_throughput_low", "max_throughput_high"))
+    low = getattr(winner, low_key)
+    rivals = [r for r in rows if r is not winner and r.status == "measured" and getattr(r, high_key) is not None]
+    if low is None or not rivals:
+        return True, f"{winner.variant}: the only variant measured"
+    if winner.runs < 2:
+        return True, (f"{winner.variant} ahead in the one run measured: no spread known (--repeats 3 measures "
+                      "it)")
+    rival = max(rivals, key=lambda r: getattr(r, high_key))
+    high = getattr(rival, high_key)
+    runs = winner.runs
+    if high >= low:
+        return False, (f"too noisy to choose: {winner.variant} ({low:.0f}-{getattr(winner, high_key):.0f} "
+                       f"inferences/s over {runs} run(s)) and {rival.variant} ({getattr(rival, low_key):.0f}-"
+                       f"{high:.0f}) overlap; rerun on a quieter machine, with longer steps, or more --repeats")
+    return True, (f"{winner.variant} ahead in every run: its slowest of {runs} run(s), {low:.0f} inferences/s, beat "
+                  f"the fastest run of any other variant ({rival.variant}, {high:.0f})")

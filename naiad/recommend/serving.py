@@ -30,9 +30,34 @@ def free_port() -> int:
         return int(s.getsockname()[1])
 
 
+def python_command() -> str:
+    """This interpreter, made to import naiad as this process did whatever the current folder holds: ``python
+    -m naiad`` would put the current folder first on sys.path, and a clone's ``naiad/`` folder there (run from
+    the folder that holds the clone) would shadow the installed package. -P (3.11+) leaves it out; before 3.11 the
+    module is run by a -c line that drops that first entry."""
+    python = shlex.quote(sys.executable)
+    if sys.version_info >= (3, 11):
+        return f"{python} -P -m naiad"
+    return f"{python} -c 'import runpy, sys; sys.path.pop(0); runpy.run_module(\"naiad\", run_name=\"__main__\")'"
+
+
+def naiad_root() -> str:
+    """The folder the imported naiad package sits in."""
+    import naiad
+
+    return os.path.dirname(os.path.dirname(os.path.abspath(naiad.__file__)))
+
+
+def naiad_env() -> dict[str, str]:
+    """The environment for naiad's own server: the imported naiad first on PYTHONPATH (an editable install, a
+    PYTHONPATH checkout and a wheel all resolve to it)."""
+    path = os.environ.get("PYTHONPATH", "")
+    return {**os.environ, "PYTHONPATH": naiad_root() + (os.pathsep + path if path else "")}
+
+
 def naiad_command() -> str:
     """naiad itself, listening on loopback only."""
-    return (f"{shlex.quote(sys.executable)} -m naiad serve --model-repository {{repo}} "
+    return (f"{python_command()} serve --model-repository {{repo}} "
             "--http-address 127.0.0.1 --http-port {http_port} --grpc-address 127.0.0.1 --grpc-port {grpc_port} "
             "--metrics-address 127.0.0.1 --metrics-port {metrics_port}")
 
@@ -88,9 +113,12 @@ def _get(port: int, path: str, timeout: float = 5.0) -> tuple[int, bytes]:
 
 
 def start(command: str, repo: Path, model: str, log_path: Path, ready_timeout: float = 180.0,
-          cpus: set[int] | None = None) -> Server:
+          cpus: set[int] | None = None, env: dict[str, str] | None = None) -> Server:
     """Spawn ``command`` (placeholders filled), wait until ``model`` is ready over HTTP, and time it. ``cpus``
-    pins the server (and the processes it starts, which inherit it) to those cores, as ``taskset -c`` would."""
+    pins the server (and the processes it starts, which inherit it) to those cores, as ``taskset -c`` would.
+    ``env``: the server's environment (None: this one; naiad's own command gets ``naiad_env()``)."""
+    if env is None and command == naiad_command():
+        env = naiad_env()
     ports = {"http_port": free_port(), "grpc_port": free_port(), "metrics_port": free_port()}
     values = {"repo": shlex.quote(str(repo)), "model": shlex.quote(model), **{k: str(v) for k, v in ports.items()}}
     for name in PLACEHOLDERS:   # only these: other braces in a command (JSON, shell) stay as written
@@ -101,7 +129,7 @@ def start(command: str, repo: Path, model: str, log_path: Path, ready_timeout: f
         began = time.monotonic()
         # A session of its own: stopping the group reaches the model processes the server spawned.
         proc = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                                start_new_session=True,
+                                start_new_session=True, env=env,
                                 preexec_fn=(lambda: os.sched_setaffinity(0, cpus)) if cpus else None)
     server = Server(proc, ports["http_port"], ports["grpc_port"], ports["metrics_port"], log_path)
     try:

@@ -3,6 +3,7 @@ server's process tree, stop it. A variant that fails to load or to answer is rec
 
 from __future__ import annotations
 
+import os
 import signal
 import threading
 from collections.abc import Callable, Iterator
@@ -30,6 +31,7 @@ class SweepOptions:
     ready_timeout_s: float = 180.0
     server_cpus: set[int] | None = None   # cores the server is pinned to (None: any)
     traffic_timeout_s: float | None = None  # a load test still running then is given up (None: no limit)
+    repeats: int = 1                      # the traffic pattern run this many times on each variant's server
 
 
 @dataclass
@@ -39,9 +41,12 @@ class Measured:
     error: str = ""                        # why it could not be measured ("" when it was)
     setup_s: float | None = None           # spawn to model ready
     load_duration_s: float | None = None   # the server's nv_model_load_duration_secs
-    traffic: TrafficResult | None = None
+    traffic: TrafficResult | None = None    # the run with the median max invocations
     usage: Usage | None = None
     generator_ceiling: float | None = None  # requests/s the generator reached on the server's cheapest route
+    runs: list[TrafficResult] = field(default_factory=list)   # every repeat, in order
+    generator_usage: Usage | None = None    # this process and the load workers (the server left out)
+    generator_processes: int = 0
 
     @property
     def ok(self) -> bool:
@@ -67,10 +72,14 @@ def measure_variant(variant: Variant, plan: Plan, out_dir: Path, options: SweepO
             if with_ceiling:
                 # so that a throughput near what the generator itself can do is not taken for the server's
                 result.generator_ceiling = ceiling(target.url, options.protocol, processes=options.processes)
-            with Sampler(server.pid) as sampler:
-                result.traffic = run_traffic(target, options.traffic, options.stopping,
-                                             processes=options.processes)
-        result.usage = sampler.usage
+            with Sampler(server.pid) as sampler, Sampler(os.getpid(), exclude=server.pid) as generator:
+                for _ in range(max(1, options.repeats)):
+                    result.runs.append(run_traffic(target, options.traffic, options.stopping,
+                                                   processes=options.processes))
+        result.usage, result.generator_usage = sampler.usage, generator.usage
+        result.generator_processes = options.processes or len(os.sched_getaffinity(0))
+        ordered = sorted(result.runs, key=lambda run: run.max_invocations_per_minute)
+        result.traffic = ordered[len(ordered) // 2]
         if not any(level.requests for level in result.traffic.levels):
             result.error = "no request completed" + _errors(result.traffic)
     except InputError:
@@ -124,9 +133,13 @@ def sweep(plan: Plan, out_dir: Path, options: SweepOptions,
                 progress(f"    {load}: {level.throughput:.1f} inferences/s, p95 "
                          f"{level.latency_us.get('p95', 0.0) / 1000:.2f} ms" + (f", {level.errors} errors"
                                                                                if level.errors else ""))
+            spread = ""
+            if len(measured.runs) > 1:
+                values = sorted(run.max_invocations_per_minute for run in measured.runs)
+                spread = f", {len(values)} runs {values[0]:.0f}-{values[-1]:.0f}"
             progress(f"[{index}/{len(plan.variants)}] {variant.label}: "
-                     f"{measured.traffic.max_invocations_per_minute:.0f} invocations/min "
-                     f"({measured.traffic.stop_reason})")
+                     f"{measured.traffic.max_invocations_per_minute:.0f} invocations/min (median"
+                     f"{spread}; {measured.traffic.stop_reason})")
         else:
             progress(f"[{index}/{len(plan.variants)}] {variant.label}: failed: {measured.error.splitlines()[0]}")
         results.append(measured)

@@ -56,11 +56,31 @@ TRIPLE_PY = """
 """
 
 
+# A sequence model: naiad bench refuses it with a clear message (it does not send sequences).
+SEQ_CONFIG = """
+    name: "seq"
+    backend: "python"
+    max_batch_size: 4
+    sequence_batching { }
+    input [{ name: "IN", data_type: TYPE_INT32, dims: [ 1 ] }]
+    output [{ name: "OUT", data_type: TYPE_INT32, dims: [ 1 ] }]
+"""
+
+SEQ_PY = """
+    import triton_python_backend_utils as pb_utils
+
+    class TritonPythonModel:
+        def execute(self, requests):
+            return [pb_utils.InferenceResponse([pb_utils.Tensor("OUT", r.inputs()[0].as_numpy())]) for r in requests]
+"""
+
+
 @pytest.fixture(scope="package")
 def bench_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RunningServer]:
     repo = tmp_path_factory.mktemp("bench_models")
     write_model(repo, "slow", SLOW_CONFIG, SLOW_PY)
     write_model(repo, "triple", TRIPLE_CONFIG, TRIPLE_PY)
+    write_model(repo, "seq", SEQ_CONFIG, SEQ_PY)
     server = RunningServer([EXAMPLES, repo])
     yield server
     server.stop()

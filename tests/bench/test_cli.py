@@ -94,13 +94,13 @@ def test_option_errors_are_perf_analyzers(capsys: pytest.CaptureFixture[str]) ->
     from naiad.bench.cli import main
 
     for argv, code, message in (
-            (["--async", "--sync"], 3, "Cannot specify --async and --sync simultaneously."),
-            (["--concurrency-range", "1:0"], 3,
+            (["--async", "--sync"], 99, "Cannot specify --async and --sync simultaneously."),
+            (["--concurrency-range", "1:0"], 99,
              "The end of the search range and the latency limit can not be both 0 (or 0.0) simultaneously"),
-            (["--streaming"], 3, "Streaming is only allowed with gRPC protocol and Triton C API."),
-            (["--binary-search", "--concurrency-range", "1:4"], 3,
+            (["--streaming"], 99, "Streaming is only allowed with gRPC protocol and Triton C API."),
+            (["--binary-search", "--concurrency-range", "1:4"], 99,
              "The --latency-threshold cannot be 0 for binary search mode."),
-            (["--percentile", "100"], 3, "Failed to parse --percentile."),
+            (["--percentile", "100"], 99, "Failed to parse --percentile."),
     ):
         assert main(["-m", "add_sub", *argv]) == code
         assert message in capsys.readouterr().err

@@ -115,3 +115,23 @@ def test_flat_invocations(bench_server: RunningServer, flat: str) -> None:
     else:
         assert result.stop_reason == "completed"
         assert [level.concurrency for level in result.levels] == [1, 2, 3, 4]
+
+
+def test_patterns_beyond_sagemakers_limits_are_named() -> None:
+    from naiad.bench.traffic import aws_limits
+
+    # Inference Recommender's default-like stairs, within its limits: nothing to say
+    assert aws_limits({"TrafficType": "STAIRS", "Stairs": {"DurationInSeconds": 5, "NumberOfSteps": 4,
+                                                            "UsersPerStep": 2}}) == []
+    notes = aws_limits({"TrafficPattern": {"TrafficType": "PHASES", "Phases": [
+        {"InitialNumberOfUsers": 1, "SpawnRate": 1, "DurationInSeconds": 120},
+        {"InitialNumberOfUsers": 5, "SpawnRate": 1, "DurationInSeconds": 10}]}},
+        {"StoppingConditions": {"ModelLatencyThresholds": [{"Percentile": "P90", "ValueInMilliseconds": 5}]}})
+    assert len(notes) == 3
+    assert notes[0].startswith("Phases[2].DurationInSeconds is 10: SageMaker takes 120 to 3600")
+    assert notes[1].startswith("Phases[2].InitialNumberOfUsers is 5: SageMaker takes 1 to 3")
+    assert notes[2].startswith("ModelLatencyThresholds Percentile is 'P90'")
+    assert all(n.endswith("SageMaker would refuse the job as written") for n in notes)
+    assert aws_limits({"TrafficType": "STAIRS", "Stairs": {"DurationInSeconds": 1, "NumberOfSteps": 1,
+                                                            "UsersPerStep": 4}})[0].startswith(
+        "Stairs.UsersPerStep is 4: SageMaker takes 1 to 3")

@@ -45,10 +45,18 @@ def recommended(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path, s
     traffic = tmp / "job.json"
     traffic.write_text(json.dumps(TRAFFIC))
     out = tmp / "out"
+    # Run from a folder holding a naiad/ package of its own, as a clone's parent folder holds the clone: the
+    # servers and load workers must still import the naiad this command imported (-P: as the console script,
+    # which does not put the current folder on sys.path either).
+    decoy = tmp / "cwd"
+    (decoy / "naiad").mkdir(parents=True)
+    (decoy / "naiad" / "__init__.py").write_text("raise ImportError('the decoy naiad in the current folder')\n")
+    safe = ["-P"] if sys.version_info >= (3, 11) else []   # (before 3.11 the command itself would take the decoy)
     done = subprocess.run(
-        [sys.executable, "-m", "naiad", "recommend", str(model), "-o", str(out), "--traffic", str(traffic),
-         "--sla-p95-ms", "1000", "--price-per-hour", "0.5", "--bench-processes", "1"],
-        capture_output=True, text=True, timeout=240, cwd=ROOT, env={**os.environ, "PYTHONPATH": str(ROOT)})
+        [sys.executable, *safe, "-m", "naiad", "recommend", str(model), "-o", str(out), "--traffic", str(traffic),
+         "--sla-p95-ms", "1000", "--price-per-hour", "0.5", "--bench-processes", "1", "--repeats", "2"],
+        capture_output=True, text=True, timeout=240, cwd=decoy if safe else ROOT,
+        env={**os.environ, "PYTHONPATH": str(ROOT)})
     return model, out, done
 
 
@@ -134,3 +142,43 @@ def test_the_winner_config_loads_in_naiad(recommended: tuple[Path, Path, subproc
         server.stop()
     winner = next(r for r in summary["variants"] if r["variant"] == summary["winner"])
     assert ("dynamic_batching" in served) == ("dynamic batching" in winner["kind"])
+
+
+def test_spread_verdict_and_inference_recommender_fields(
+        recommended: tuple[Path, Path, subprocess.CompletedProcess[str]]) -> None:
+    _, out, done = recommended
+    assert "decoy" not in done.stdout + done.stderr
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["repeats"] == 2
+    verdict = summary["verdict"]
+    assert isinstance(verdict["decided"], bool) and verdict["why"]
+    assert f"verdict: {'decided' if verdict['decided'] else 'undecided'}: {verdict['why']}" in done.stdout
+    onnx_rows = [r for r in summary["variants"] if r["backend"] == "onnxruntime"]
+    for r in onnx_rows:
+        assert r["runs"] == 2
+        assert 0 < r["max_throughput_low"] <= r["max_throughput"] <= r["max_throughput_high"]
+        assert r["generator_cpu_cores"] > 0 and r["generator_processes"] == 1
+    # the verdict follows from the spreads: decided only when the winner's slowest run beat every other's fastest
+    winner = next(r for r in onnx_rows if r["variant"] == summary["winner"])
+    rivals = max(r["sla_throughput_high"] for r in onnx_rows if r is not winner)
+    assert verdict["decided"] == (winner["sla_throughput_low"] > rivals) or "load generator" in verdict["why"]
+    curves = list(csv.DictReader(open(out / "curves.csv")))
+    for c in curves:
+        assert int(c["runs"]) == 2
+        assert float(c["throughput_min"]) <= float(c["throughput"]) <= float(c["throughput_max"])
+        assert float(c["p95_ms_min"]) <= float(c["p95_ms"]) <= float(c["p95_ms_max"])
+    # Inference Recommender's names and units
+    recommendations = json.loads((out / "inference_recommendations.json").read_text())
+    assert recommendations["InputConfig"]["TrafficPattern"] == summary["traffic"]
+    by_id = {rec["RecommendationId"]: rec["Metrics"] for rec in recommendations["InferenceRecommendations"]}
+    for r in onnx_rows:
+        metrics = by_id[r["slug"]]
+        assert isinstance(metrics["MaxInvocations"], int) and metrics["MaxInvocations"] > 0
+        assert metrics["MaxInvocations"] <= r["max_invocations_per_minute"] * 1.001   # where the curve levels off
+        assert isinstance(metrics["ModelLatency"], int)
+        assert 0 < metrics["CpuUtilization"] < 100 * (os.cpu_count() or 1)
+        assert 0 < metrics["MemoryUtilization"] < 100
+        assert metrics["CostPerHour"] == 0.5
+        assert metrics["CostPerInference"] == pytest.approx(0.5 / (metrics["MaxInvocations"] * 60))
+    # the traffic file's 1 s steps are shorter than SageMaker would take? STAIRS has no minimum: no note
+    assert "SageMaker would refuse" not in done.stdout

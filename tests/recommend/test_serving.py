@@ -70,3 +70,24 @@ def test_cpu_is_counted_over_the_tree(tmp_path: Path) -> None:
     finally:
         parent.kill()
         parent.wait()
+
+
+def test_naiads_own_server_ignores_a_naiad_package_in_the_current_folder(tmp_path: Path,
+                                                                          monkeypatch: pytest.MonkeyPatch) -> None:
+    # the folder that holds a clone: `python -m naiad` there imported the clone's folder, not the installed naiad
+    (tmp_path / "naiad").mkdir()
+    (tmp_path / "naiad" / "__init__.py").write_text("raise ImportError('the decoy naiad')\n")
+    monkeypatch.chdir(tmp_path)
+    plain = subprocess.run([sys.executable, "-m", "naiad", "--version"], capture_output=True, text=True)
+    assert plain.returncode != 0 and "the decoy naiad" in plain.stderr   # the trap is real
+    server = serving.start(serving.naiad_command(), EXAMPLES, "add_sub", tmp_path / "s.log", ready_timeout=60)
+    try:
+        assert "decoy" not in server.log_tail(200)
+        # the load generator's workers too
+        from naiad.bench.api import Target, measure
+
+        result = measure(Target(f"127.0.0.1:{server.http_port}", "add_sub"), concurrency=1,
+                         measurement_interval_ms=100, stability_percentage=1000, processes=1)
+        assert result.requests > 0 and result.errors == 0
+    finally:
+        server.stop()
