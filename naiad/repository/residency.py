@@ -55,6 +55,17 @@ def is_out_of_memory(message: str) -> bool:
     return any(text in message for text in OUT_OF_MEMORY)
 
 
+def exhausted_budget(message: str) -> str:
+    """Which budget an out-of-memory error says was hit, for the log line beside its 507."""
+    if "(--model-memory-limit)" in message:
+        return "the SageMaker models' memory limit (--model-memory-limit)"
+    if "No space left on device" in message:
+        return "disk space"
+    if any(text in message for text in ("CUDA", "CNMEM", "CUDNN", "CUBLAS", "Dst tensor", "Src tensor")):
+        return "GPU memory"
+    return "host memory (the model's own allocation failed)"
+
+
 class UrlRefused(InferError):
     """A url under /dev, /proc or /sys: Triton refuses it with a bare 400 and only logs why."""
 

@@ -20,7 +20,8 @@ from naiad.frontends.http.options import HttpOptions
 from naiad.frontends.http.routes import Deferred, Reply, Router, Streamed, error_reply
 from naiad.frontends.sagemaker import codec
 from naiad.frontends.sagemaker.options import SageMakerOptions
-from naiad.repository.residency import Resident, Residency, ResidencyStats, UrlRefused, is_out_of_memory
+from naiad.repository.residency import (Resident, Residency, ResidencyStats, UrlRefused, exhausted_budget,
+                                        is_out_of_memory)
 from naiad.service import Service
 
 log = logging.getLogger("naiad.sagemaker")
@@ -58,7 +59,10 @@ def bare(status: int) -> Reply:
 
 def sagemaker_error(error: InferError) -> Reply:
     """How Triton's multi-model handlers answer a failure: 507 when it reads as out of memory, else 400."""
-    return Reply(507 if is_out_of_memory(error.message) else 400, orjson.dumps({"error": error.message}))
+    if is_out_of_memory(error.message):
+        log.warning("answering 507: %s ran out: %s", exhausted_budget(error.message), error.message)
+        return Reply(507, orjson.dumps({"error": error.message}))
+    return Reply(400, orjson.dumps({"error": error.message}))
 
 
 class SageMakerRouter:

@@ -162,6 +162,7 @@ def test_bad_urls(server: RunningServer, url: str, status: int, has_body: bool) 
 def test_out_of_memory_load_is_507_and_other_failures_400(server: RunningServer, root: Path) -> None:
     status, body = load(server, "oom", root / "oom" / "model")
     assert status == 507 and "MemoryError" in json.loads(body)["error"]
+    assert "answering 507: host memory (the model's own allocation failed) ran out" in server.log()
     status, body = load(server, "broken", root / "broken" / "model")
     assert status == 400 and "bad weights file" in json.loads(body)["error"]
     assert "oom" not in listed(server) and "broken" not in listed(server)
@@ -199,6 +200,7 @@ def test_memory_limit_evicts_least_recently_used(tmp_path: Path) -> None:
         status, body = load(running, "huge", root / "huge" / "model")
         assert status == 507
         assert "more than the memory limit" in json.loads(body)["error"]
+        assert "answering 507: the SageMaker models' memory limit (--model-memory-limit) ran out" in running.log()
         # Room was made for it (a, least recently used, went) before its size was known; nothing of it stays.
         assert listed(running) == ["c"]
         assert invoke(running, "c", IDENTITY)[0] == 200
