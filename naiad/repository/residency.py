@@ -23,11 +23,12 @@ import os
 import re
 import shutil
 import tempfile
+import threading
 import time
 from dataclasses import dataclass, field
 from functools import partial
 from pathlib import Path
-from typing import Callable
+from typing import Callable, TypeVar
 
 from naiad.config.ensemble import ENSEMBLE_PLATFORM
 from naiad.config.loader import load_config
@@ -74,6 +75,7 @@ class ArchiveError(InferError):
     """An on-demand load that failed before the model itself was involved: fetching or extracting its archive."""
 
 
+T = TypeVar("T")
 Fetch = Callable[[str, Path], int]  # (relative archive path, destination file) -> bytes fetched
 
 
@@ -355,7 +357,7 @@ class Residency:
                         key: str = "") -> int | None:
         """``call`` on a thread, given up at --model-load-timeout-secs: its requests fail, and ``cleanup`` runs
         once the thread is done after all (until then, ``key`` counts as leaving: a new load of it waits)."""
-        future = asyncio.get_running_loop().run_in_executor(None, call)
+        future = _on_thread(call)
         timeout = self.repository.options.load_timeout
         try:
             return await (asyncio.wait_for(asyncio.shield(future), timeout) if timeout else future)
@@ -473,6 +475,34 @@ class Residency:
             if entry.path.parent == repository and not entry.versions:
                 del self.repository.models[name]
         self.repository.registered.pop(repository, None)
+
+
+def _on_thread(call: Callable[[], T]) -> asyncio.Future[T]:
+    """``call`` on a daemon thread of its own: a download that hangs past its timeout must not hold up the
+    server's exit, as a thread of an executor would (the interpreter joins those)."""
+    loop = asyncio.get_running_loop()
+    future: asyncio.Future[T] = loop.create_future()
+
+    def settle(result: T | None, error: BaseException | None) -> None:
+        if future.done():
+            return
+        if error is not None:
+            future.set_exception(error)
+        else:
+            future.set_result(result)  # type: ignore[arg-type]
+
+    def run() -> None:
+        try:
+            outcome: tuple[T | None, BaseException | None] = (call(), None)
+        except BaseException as exc:  # handed to the loop, which raises it in the caller
+            outcome = (None, exc)
+        try:
+            loop.call_soon_threadsafe(settle, *outcome)
+        except RuntimeError:  # the loop closed meanwhile: the server is exiting
+            pass
+
+    threading.Thread(target=run, name="naiad-fetch", daemon=True).start()
+    return future
 
 
 def _is_ensemble(folder: Path) -> bool:
