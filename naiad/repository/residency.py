@@ -135,6 +135,7 @@ class Residency:
         self.models: dict[str, Resident] = {}  # by key, as Triton's sagemaker_models_list_
         self._by_name: dict[str, Resident] = {}
         self._pending: dict[str, asyncio.Future] = {}  # on-demand loads in progress, by target model
+        self._waiting: dict[str, int] = {}  # target -> requests waiting for its load (it is not evicted meanwhile)
         self._slots = asyncio.Semaphore(max(1, repository.options.load_threads))  # loads side by side
         self._loading: set[str] = set()  # keys whose load is in progress
         self._room = asyncio.Condition()  # held for memory decisions: evictions and reservations
@@ -292,11 +293,13 @@ class Residency:
     async def ensure(self, target: str) -> None:
         """Make ``target`` (an archive's path relative to the model data url) served: a hit touches it, a miss
         downloads, extracts and loads it. Concurrent misses on one target wait on the same load, which runs as
-        its own task: a caller that goes away stops waiting, not the load the others wait for."""
+        its own task: a caller that goes away stops waiting, not the load the others wait for. The caller must
+        submit its request before it next yields (a model just loaded is kept only until then)."""
         if self.hit(target):
             return
         self.stats.cache_misses += 1
         started = time.perf_counter()
+        self._waiting[target] = self._waiting.get(target, 0) + 1
         try:
             pending = self._pending.get(target)
             if pending is None:
@@ -304,6 +307,11 @@ class Residency:
                 pending.add_done_callback(partial(self._load_done, target))
             await asyncio.shield(pending)
         finally:
+            # The caller submits its request before it next yields: from then on the model is busy, not new.
+            self._waiting[target] -= 1
+            if not self._waiting[target]:
+                del self._waiting[target]
+                self._changed()
             self.stats.loading_wait.add(time.perf_counter() - started)
 
     def _load_done(self, target: str, task: asyncio.Future) -> None:
@@ -368,7 +376,9 @@ class Residency:
             if key:
                 self._leaving[key] = (gone, 0)
 
-            def late(_: asyncio.Future) -> None:
+            def late(done: asyncio.Future) -> None:
+                if not done.cancelled():
+                    done.exception()  # retrieved: nobody waits for it any more
                 cleanup()
                 if key and self._leaving.get(key, (None,))[0] is gone:
                     del self._leaving[key]
@@ -429,8 +439,12 @@ class Residency:
         self.refresh()
         while self._committed() + need > self.memory_limit:
             victims = [r for r in self.models.values() if r.key != keep]
+            held = [r for r in victims if r.target in self._waiting]  # just loaded: its requests go first
+            victims = [r for r in victims if r.target not in self._waiting]
             if not victims:
-                if need and (self._leaving or set(self._reserved) - {keep}):
+                # Loads holding memory, unloads about to release some, or requests about to run on a model just
+                # loaded will change the picture.
+                if need and (held or set(self._reserved) - {keep} or any(m for _, m in self._leaving.values())):
                     await self._room.wait()
                     self.refresh()
                     continue

@@ -183,3 +183,62 @@ def test_a_download_past_the_timeout_fails_only_its_own_requests(tmp_path: Path)
     finally:
         server.stop()
         silent.close()
+
+
+# Holds ~100 MB of its own, so its worker's memory is mostly this model's.
+HEAVY_PY = """
+    import numpy as np
+    import triton_python_backend_utils as pb_utils
+
+    class TritonPythonModel:
+        def initialize(self, args):
+            self.weights = np.ones(100 * 1024 * 1024 // 8)
+
+        def execute(self, requests):
+            return [pb_utils.InferenceResponse([pb_utils.Tensor("OUTPUT0", r.inputs()[0].as_numpy())])
+                    for r in requests]
+"""
+
+
+def test_parallel_loads_stay_under_the_memory_limit(tmp_path: Path) -> None:
+    from naiad.repository.memory import processes_memory
+
+    data = tmp_path / "data"
+    data.mkdir()
+    names = ["h1", "h2", "h3"]
+    for name in names:
+        source = tmp_path / "sources" / name
+        write_model(source.parent, name, IDENTITY_FP32.format(name=name), HEAVY_PY)
+        with tarfile.open(data / f"{name}.tar.gz", "w:gz") as tar:
+            tar.add(source, arcname=".")
+    server = mme(tmp_path, str(data), "--model-memory-limit=300M", "--model-load-thread-count=3")
+    try:
+        # One at a time first: the server learns what each model takes.
+        for name in names:
+            assert invoke(server, f"{name}.tar.gz")["status"] == 200
+        parent = psutil.Process(server.proc.pid)
+        peak = 0
+        done = threading.Event()
+
+        def sample() -> None:
+            nonlocal peak
+            while not done.is_set():
+                pids = [p.pid for p in parent.children(recursive=True)]
+                peak = max(peak, processes_memory(pids))
+                time.sleep(0.02)
+
+        sampler = threading.Thread(target=sample)
+        sampler.start()
+        try:
+            for _ in range(2):  # two rounds of three misses at once: each load waits for room, then holds it
+                for model in json.loads(server.sagemaker("GET", "/models")[2])["models"]:
+                    server.sagemaker("DELETE", f"/models/{model['modelName']}")
+                results = in_parallel(server, [f"{name}.tar.gz" for name in names])
+                assert [r["status"] for r in results] == [200] * 3, results
+        finally:
+            done.set()
+            sampler.join()
+        assert peak <= 300 * 1024 * 1024 * 1.1, f"workers held {peak / 2**20:.0f} MiB at the peak"
+        assert len([m for m in json.loads(server.sagemaker("GET", "/models")[2])["models"] if m]) <= 2
+    finally:
+        server.stop()
