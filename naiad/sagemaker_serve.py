@@ -26,6 +26,41 @@ _TRUE = ("true", "on", "yes")
 _FALSE = ("false", "off", "no")
 
 
+# What the script (and the server after it) reads from the environment, as --help lists it.
+ENVIRONMENT = (
+    ("SAGEMAKER_MULTI_MODEL", "'true': a multi-model endpoint (models loaded through POST /models)"),
+    ("SAGEMAKER_BIND_TO_PORT", "the SageMaker port (--sagemaker-port; default 8080)"),
+    ("SAGEMAKER_SAFE_PORT_RANGE", "LOW-HIGH: the ports gRPC and metrics may use (--sagemaker-safe-port-range)"),
+    ("SAGEMAKER_TRITON_DEFAULT_MODEL_NAME", "the single-model endpoint's model (default: the only folder there is)"),
+    ("SAGEMAKER_TRITON_OVERRIDE_PING_MODE", "ready | live: what /ping reports (default: ready, live on a multi-model "
+                                            "endpoint); passed on as SAGEMAKER_TRITON_PING_MODE"),
+    ("SAGEMAKER_TRITON_INFERENCE_TYPE", "infer | generate | generate_stream: what /invocations runs (default infer)"),
+    ("SAGEMAKER_TRITON_ADDITIONAL_ARGS", "more 'naiad serve' flags, split as a shell would, applied last"),
+    ("SAGEMAKER_TRITON_THREAD_COUNT", "--sagemaker-thread-count"),
+    ("SAGEMAKER_TRITON_ALLOW_GRPC", "true | false: serve gRPC too (default false)"),
+    ("SAGEMAKER_TRITON_GRPC_PORT", "--grpc-port"),
+    ("SAGEMAKER_TRITON_ALLOW_METRICS", "true | false: serve /metrics too (default false)"),
+    ("SAGEMAKER_TRITON_METRICS_PORT", "--metrics-port"),
+    ("SAGEMAKER_TRITON_BUFFER_MANAGER_THREAD_COUNT", "--buffer-manager-thread-count"),
+    ("SAGEMAKER_TRITON_LOG_VERBOSE", "--log-verbose (default true)"),
+    ("SAGEMAKER_TRITON_LOG_INFO / _WARNING / _ERROR", "--log-info, --log-warning, --log-error"),
+    ("SAGEMAKER_TRITON_SHM_DEFAULT_BYTE_SIZE", f"the Python backend's shm-default-byte-size (default "
+                                               f"{DEFAULT_SHM_BYTE_SIZE})"),
+    ("SAGEMAKER_TRITON_SHM_GROWTH_BYTE_SIZE", f"the Python backend's shm-growth-byte-size (default "
+                                              f"{DEFAULT_SHM_GROWTH_BYTE_SIZE})"),
+    ("SAGEMAKER_TRITON_MODEL_LOAD_GPU_LIMIT", "--model-load-gpu-limit for every GPU nvidia-smi lists"),
+    ("SAGEMAKER_TRITON_TENSORFLOW_VERSION", "--backend-config=tensorflow,version=..."),
+    ("SAGEMAKER_TRITON_DISABLE_MODEL_NAMESPACING", "the value of --model-namespacing (default true), as the script "
+                                                   "passes it"),
+)
+
+
+def _environment_help() -> str:
+    width = max(len(name) for name, _ in ENVIRONMENT)
+    lines = [f"  {name.ljust(width)}  {text}" for name, text in ENVIRONMENT]
+    return "environment variables read (as Triton's docker/sagemaker/serve script reads them):\n" + "\n".join(lines)
+
+
 class SagemakerServeError(Exception):
     """The layout or environment the script refuses; the message is its ``ERROR:`` lines."""
 
@@ -132,7 +167,7 @@ def _default_model(env: Mapping[str, str], model_dir: Path, updates: dict[str, s
         return named
     folders = _model_folders(model_dir)
     if not folders:
-        raise SagemakerServeError("ERROR: No model found in model repository")
+        raise SagemakerServeError(f"ERROR: No model found in model repository {model_dir}")
     if len(folders) > 1:
         raise SagemakerServeError(
             "ERROR: More than 1 model directory found in model repository.\n"
@@ -197,7 +232,10 @@ def _parser() -> argparse.ArgumentParser:
         description="Run as a SageMaker hosting container: read SageMaker's environment as Triton's serve "
                     "script does, then start 'naiad serve'.")
     commands = parser.add_subparsers(dest="command", required=True)
-    serve = commands.add_parser("serve", help="start the server the way 'docker run IMAGE serve' asks for")
+    serve = commands.add_parser("serve", help="start the server the way 'docker run IMAGE serve' asks for",
+                                description="Read SageMaker's environment as Triton's serve script does, then start "
+                                            "'naiad serve'.",
+                                epilog=_environment_help(), formatter_class=argparse.RawDescriptionHelpFormatter)
     serve.add_argument("--model-dir", type=Path, default=Path("/opt/ml/model"),
                        help="the single-model endpoint's model folder (SageMaker: /opt/ml/model)")
     serve.add_argument("--models-root", type=Path, default=Path("/opt/ml/models"),

@@ -135,8 +135,10 @@ class Server:
         limit = parse_size(sagemaker.memory_limit) if sagemaker.memory_limit else None
         fetch = None
         if sagemaker.model_data_url:
-            from naiad.repository.sources import ModelDataSource
+            from naiad.repository.sources import ModelDataSource, is_s3, require_boto3
 
+            if is_s3(sagemaker.model_data_url):
+                require_boto3(f"--sagemaker-model-data-url {sagemaker.model_data_url}")
             fetch = ModelDataSource(sagemaker.model_data_url).fetch
         return Residency(repository, control, sagemaker.models_root, limit, fetch, sagemaker.model_data_url,
                          options.archive_limits, make_policy(sagemaker.eviction_policy))

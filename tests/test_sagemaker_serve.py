@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shlex
 from pathlib import Path
 
@@ -100,12 +101,14 @@ def test_no_model_folder(tmp_path: Path) -> None:
     (tmp_path / "readme.txt").write_text("files are not models")
     with pytest.raises(SagemakerServeError) as caught:
         sme({}, tmp_path)
-    assert caught.value.message == "ERROR: No model found in model repository"
+    # Triton's line, plus the folder it looked in.
+    assert caught.value.message == f"ERROR: No model found in model repository {tmp_path}"
 
 
 def test_missing_model_dir_is_no_model(tmp_path: Path) -> None:
-    with pytest.raises(SagemakerServeError, match="^ERROR: No model found in model repository$"):
+    with pytest.raises(SagemakerServeError) as caught:
         sme({}, tmp_path / "absent")
+    assert caught.value.message == f"ERROR: No model found in model repository {tmp_path / 'absent'}"
 
 
 def test_linked_folders_are_not_models(tmp_path: Path, model_dir: Path) -> None:
@@ -432,6 +435,19 @@ def test_main_usage(capsys: pytest.CaptureFixture[str]) -> None:
     assert sagemaker_serve.main(["train"]) == 2
     assert sagemaker_serve.main(["serve", "--help"]) == 0
     assert "--model-dir" in capsys.readouterr().out
+
+
+def test_help_lists_every_environment_variable_read(capsys: pytest.CaptureFixture[str]) -> None:
+    # Every SAGEMAKER_* name the script and the server's SageMaker options read, found in their source.
+    sources = [ROOT / "naiad" / "sagemaker_serve.py", ROOT / "naiad" / "frontends" / "sagemaker" / "options.py"]
+    read = {name for path in sources for name in re.findall(r"SAGEMAKER_[A-Z_]*[A-Z]", path.read_text())}
+    read -= {"SAGEMAKER_TRITON_LOG"}  # the prefix of SAGEMAKER_TRITON_LOG_{level}
+    assert sagemaker_serve.main(["serve", "--help"]) == 0
+    shown = capsys.readouterr().out
+    for level in ("INFO", "WARNING", "ERROR"):  # read as SAGEMAKER_TRITON_LOG_{level}
+        assert f"_{level}" in shown
+    missing = sorted(name for name in read if name not in shown)
+    assert not missing, missing
 
 
 # -- Dockerfile -----------------------------------------------------------------------------------------------------

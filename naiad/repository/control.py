@@ -95,6 +95,10 @@ def _write_files(name: str, files: dict[str, bytes]) -> Path:
     return root
 
 
+def _is_ensemble(config: ModelConfig) -> bool:
+    return config.platform == ENSEMBLE_PLATFORM or config.HasField("ensemble_scheduling")
+
+
 def _fingerprint(paths: list[Path]) -> tuple:
     """What tells a changed model from an unchanged one: every file's path, size and modification time,
     and the configs' text (Triton doesn't reload a model whose config file was only touched)."""
@@ -134,8 +138,14 @@ class ModelControl:
     # --- start-up and shutdown -------------------------------------------------------------------------------
 
     def load_startup(self) -> None:
-        if self.mode == "explicit":
-            self.repository.load_all(None if "*" in self.startup_models else set(self.startup_models))
+        if self.mode == "explicit" and "*" not in self.startup_models:
+            named = set(self.startup_models)
+            # An ensemble named by --load-model brings the models it is made of (Triton loads them too).
+            wanted = self._with_composing(named)
+            self.repository.load_all(wanted)
+            for name in wanted - named:
+                if name in self.repository.models:
+                    self.repository.models[name].explicit = False
         else:
             self.repository.load_all()
         if self.mode == "none":
@@ -146,6 +156,27 @@ class ModelControl:
                 self.repository.models[name].fingerprint = fingerprint
         if self.mode == "poll":
             self._seen = prints
+
+    def _with_composing(self, names: set[str]) -> set[str]:
+        """``names`` and, through nested ensembles, every model their ensembles' steps name."""
+        found = self.repository.scan()
+        wanted = set(names)
+        todo = sorted(names)
+        while todo:
+            paths = found.get(todo.pop(), [])
+            if len(paths) != 1:
+                continue
+            try:
+                config, _ = load_config(paths[0], self.repository.options.config_name)
+            except InferError:
+                continue  # its own load reports the broken config
+            if not _is_ensemble(config):
+                continue
+            for step, _ in dependencies(config):
+                if step not in wanted:
+                    wanted.add(step)
+                    todo.append(step)
+        return wanted
 
     def start_polling(self) -> None:
         if self.mode == "poll" and self.poll_secs > 0:
@@ -215,7 +246,8 @@ class ModelControl:
         return lock
 
     async def load_model(self, name: str, config: str | None = None, files: dict[str, bytes] | None = None,
-                         _visiting: frozenset[str] = frozenset()) -> None:
+                         _visiting: frozenset[str] = frozenset(), explicit: bool = True) -> None:
+        """Load (or reload) ``name``; ``explicit`` False: only as a composing model of an ensemble being loaded."""
         override: ModelConfig | None = None
         if config is not None:
             try:
@@ -232,6 +264,7 @@ class ModelControl:
         fingerprint = _fingerprint(paths) if override is None else None
         if (fingerprint is not None and current is not None and current.versions
                 and current.fingerprint == fingerprint):
+            current.explicit |= explicit  # asked for by name now: it stays when an ensemble using it goes
             return  # loaded from these very files already: Triton keeps the versions that serve
         await self._load_composing(name, override, paths, _visiting | {name})
         async with self._lock(name):
@@ -249,6 +282,8 @@ class ModelControl:
                 del self.repository.loading[name]
             entry.scratch = scratch
             entry.fingerprint = fingerprint
+            old = self.repository.models.get(name)
+            entry.explicit = explicit or bool(old is not None and old.versions and old.explicit)
             self._install(name, entry)
 
     async def _load_entry(self, name: str, path: Path, override: ModelConfig | None) -> ModelEntry:
@@ -296,14 +331,14 @@ class ModelControl:
                 config, _ = load_config(paths[0], self.repository.options.config_name)
             except InferError:
                 return
-        if config is None or not (config.platform == ENSEMBLE_PLATFORM or config.HasField("ensemble_scheduling")):
+        if config is None or not _is_ensemble(config):
             return
         for step, _ in dependencies(config):
             entry = self.repository.models.get(step)
             if step in visiting or (entry is not None and entry.versions):
                 continue
             try:
-                await self.load_model(step, _visiting=visiting)
+                await self.load_model(step, _visiting=visiting, explicit=False)
             except InferError as exc:
                 # The ensemble's own load says which composing model is missing, in Triton's words.
                 log.error("failed to load '%s' for ensemble '%s': %s", step, name, exc.message)
@@ -332,7 +367,8 @@ class ModelControl:
                            _visiting: frozenset[str] = frozenset()) -> None:
         """Stop routing requests to the model now; its versions finish what they hold, then ``finalize()``.
         Unloading a model that isn't loaded succeeds, as in Triton. Ensembles that use the model go with it
-        (Triton unloads them too); ``unload_dependents`` also unloads an ensemble's composing models."""
+        (Triton unloads them too); ``unload_dependents`` also unloads an ensemble's composing models that were
+        loaded only for an ensemble and that no loaded model uses any more (Triton's cascading removal)."""
         visiting = _visiting | {name}
         async with self._lock(name):
             entry = self.repository.models.get(name)
@@ -351,10 +387,18 @@ class ModelControl:
             if (other not in visiting and users.versions and users.config is not None
                     and name in {step for step, _ in dependencies(users.config)}):
                 await self.unload_model(other, False, visiting)
-        if unload_dependents and config is not None and config.platform == ENSEMBLE_PLATFORM:
+        if unload_dependents and config is not None and _is_ensemble(config):
             for step, _ in dependencies(config):
-                if step not in visiting:
+                composing = self.repository.models.get(step)
+                if (step not in visiting and composing is not None and not composing.explicit
+                        and not self._used_by_others(step, visiting)):
                     await self.unload_model(step, True, visiting)
+
+    def _used_by_others(self, name: str, leaving: frozenset[str]) -> bool:
+        """Some loaded model outside ``leaving`` is an ensemble with a step on ``name``."""
+        return any(other not in leaving and entry.versions and entry.config is not None and _is_ensemble(entry.config)
+                   and name in {step for step, _ in dependencies(entry.config)}
+                   for other, entry in self.repository.models.items())
 
     def _retire(self, entry: ModelEntry | None, versions: list[ModelVersion], scratch: Path | None) -> None:
         task = asyncio.ensure_future(self._finish(entry, versions, scratch))

@@ -60,6 +60,9 @@ class ModelEntry:
     unloading: set[int] = field(default_factory=set)  # versions draining in-flight requests before finalize()
     scratch: Path | None = None  # the folder a load's ``file:`` overrides were written to; removed on unload
     fingerprint: tuple | None = None  # model control: the files it was loaded from (None: a config override)
+    # Loaded on request (or with the repository); False: only because a loaded ensemble is made of it, so an
+    # unload with unload_dependents takes it along once no loaded model uses it (Triton's explicitly_load_).
+    explicit: bool = True
 
     @property
     def ready(self) -> bool:

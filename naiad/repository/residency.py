@@ -6,7 +6,10 @@ repository. The platform's part, which naiad does in the server: archives fetche
 data url, and models unloaded before a load that would not fit the memory limit, in the order the eviction
 policy gives (eviction.py: GDSF by default, or LRU).
 
-Loads and evictions run one at a time (memory accounting needs a settled picture); cache hits never wait.
+Loads run side by side, up to --model-load-thread-count, each holding the memory it is expected to take while it
+loads; evictions run one at a time (memory accounting needs a settled picture); cache hits never wait. Downloads
+and extraction run off the event loop; every step of an on-demand load gives up at --model-load-timeout-secs, which
+fails only the requests waiting for that model.
 
 Nothing is loaded through a symbolic link that leads out of the models root: neither the url itself nor any link
 inside the folder it names (``link_roots`` names the folders besides the root that links may lead into).
@@ -21,11 +24,12 @@ import os
 import re
 import shutil
 import tempfile
+import threading
 import time
 from dataclasses import dataclass, field
 from functools import partial
 from pathlib import Path
-from typing import Callable
+from typing import Callable, TypeVar
 
 from naiad.config.ensemble import ENSEMBLE_PLATFORM
 from naiad.config.loader import load_config
@@ -54,6 +58,17 @@ def is_out_of_memory(message: str) -> bool:
     return any(text in message for text in OUT_OF_MEMORY)
 
 
+def exhausted_budget(message: str) -> str:
+    """Which budget an out-of-memory error says was hit, for the log line beside its 507."""
+    if "(--model-memory-limit)" in message:
+        return "the SageMaker models' memory limit (--model-memory-limit)"
+    if "No space left on device" in message:
+        return "disk space"
+    if any(text in message for text in ("CUDA", "CNMEM", "CUDNN", "CUBLAS", "Dst tensor", "Src tensor")):
+        return "GPU memory"
+    return "host memory (the model's own allocation failed)"
+
+
 class UrlRefused(InferError):
     """A url under /dev, /proc or /sys: Triton refuses it with a bare 400 and only logs why."""
 
@@ -62,6 +77,7 @@ class ArchiveError(InferError):
     """An on-demand load that failed before the model itself was involved: fetching or extracting its archive."""
 
 
+T = TypeVar("T")
 Fetch = Callable[[str, Path], int]  # (relative archive path, destination file) -> bytes fetched
 
 
@@ -120,8 +136,13 @@ class Residency:
         self.archive_limits = archive_limits  # (bytes, members) an archive may hold; None: archive.py's defaults
         self.models: dict[str, Resident] = {}  # by key, as Triton's sagemaker_models_list_
         self._by_name: dict[str, Resident] = {}
-        self._lock = asyncio.Lock()
         self._pending: dict[str, asyncio.Future] = {}  # on-demand loads in progress, by target model
+        self._waiting: dict[str, int] = {}  # target -> requests waiting for its load (it is not evicted meanwhile)
+        self._slots = asyncio.Semaphore(max(1, repository.options.load_threads))  # loads side by side
+        self._loading: set[str] = set()  # keys whose load is in progress
+        self._room = asyncio.Condition()  # held for memory decisions: evictions and reservations
+        self._reserved: dict[str, int] = {}  # key -> memory expected, while its load runs
+        self._leaving: dict[str, tuple[asyncio.Event, int]] = {}  # key -> (set when gone, memory it held)
         self._known: dict[str, int] = {}  # target -> memory measured when it was last loaded
         self._overheads: list[int] = []  # memory beyond the files on disk, per model measured so far
         # Folders outside the models root that links in it may lead to (Ray's replicas link repository folders).
@@ -183,33 +204,44 @@ class Residency:
 
     async def load(self, key: str, url: str, target: str, folder: Path | None = None) -> Resident:
         """Register ``url``'s repository under ``key`` and load ``target`` from it, making room first."""
-        async with self._lock:
+        async with self._slots:
             return await self._load(key, url, target, folder)
 
     async def _load(self, key: str, url: str, target: str, folder: Path | None, fetched: float = 0.0) -> Resident:
         repository, model_folder = self.locate(url, target)
-        if key in self.models:
+        if key in self.models or key in self._loading:
             raise InferError(f"model repository '{repository}' has already been registered", Code.ALREADY_EXISTS)
         disk = _disk_size(repository / model_folder) if model_folder else 0
         lower = self._known.get(target, disk)
         if self.memory_limit is not None and lower > self.memory_limit:
             raise InferError(self._too_big(target, lower), Code.INVALID_ARG)
-        await self._make_room(self._known.get(target, disk + self._overhead()), keep="")
-        self.repository.register(repository, {model_folder: target})
-        before = own_rss()
-        started = time.perf_counter()
+        self._loading.add(key)
         try:
-            await self.control.load_model(target)
-        except BaseException:
-            await self._discard(repository, [target])
-            raise
-        loading = time.perf_counter() - started
-        self.stats.loading.add(loading)
-        resident = Resident(key, str(repository), repository, target, folder,
-                            in_process=max(0, own_rss() - before), last_used=time.monotonic())
-        resident.names = [n for n, e in self.repository.models.items()
-                          if e.versions and e.path.parent == repository] or [target]
-        resident.memory = self._measure(resident)
+            async with self._room:
+                await self._make_room(self._known.get(target, disk + self._overhead()), keep=key)
+                self._reserved[key] = self._known.get(target, disk + self._overhead())
+            self._check_names(repository, model_folder)  # with no wait before the register: a settled picture
+            self.repository.register(repository, {model_folder: target})
+            before = own_rss()
+            started = time.perf_counter()
+            try:
+                await self.control.load_model(target)
+            except BaseException:
+                await self._discard(repository, [target])
+                raise
+            loading = time.perf_counter() - started
+            self.stats.loading.add(loading)
+            # The server's own growth, shared among the loads that ran beside this one.
+            grown = max(0, own_rss() - before) // max(1, len(self._loading))
+            resident = Resident(key, str(repository), repository, target, folder, in_process=grown,
+                                last_used=time.monotonic())
+            resident.names = [n for n, e in self.repository.models.items()
+                              if e.versions and e.path.parent == repository] or [target]
+            resident.memory = self._measure(resident)
+        finally:
+            self._loading.discard(key)
+            self._reserved.pop(key, None)
+            self._changed()
         self._known[target] = resident.memory
         self._overheads.append(max(0, resident.memory - disk))
         if self.memory_limit is not None and resident.memory > self.memory_limit:
@@ -221,17 +253,31 @@ class Residency:
         log.info("loaded SageMaker model '%s' (key %s): %s%s", target, key, format_size(resident.memory),
                  f", {format_size(self.used())} of {format_size(self.memory_limit)} in use"
                  if self.memory_limit is not None else "")
-        await self._make_room(0, keep=key)
+        async with self._room:
+            await self._make_room(0, keep=key)
         return resident
+
+    def _check_names(self, repository: Path, model_folder: str) -> None:
+        """The repository's other models (an ensemble's composing models) are served under their folder names:
+        one that another loaded repository serves already is refused, not silently shared (naiad has no model
+        namespacing; Triton's register refuses a conflicting mapping in the same words)."""
+        taken = set(self.repository.scan())
+        for name in sorted(set(model_dirs(repository)) - {model_folder}):
+            if name in taken:
+                raise InferError(f"failed to register '{repository}', there is a conflicting mapping for '{name}' "
+                                 "(a model already loaded from another repository has that name)",
+                                 Code.ALREADY_EXISTS)
 
     async def unload(self, key: str) -> None:
         """Unload the model and its dependents and unregister its repository; returns once its worker
-        processes are gone (the memory is released)."""
-        async with self._lock:
-            resident = self.models.get(key)
-            if resident is None:
-                raise not_found(f"model '{key}' is not loaded")
-            await self._unload(resident)
+        processes are gone (the memory is released). A load of ``key`` in progress is waited for."""
+        while key in self._loading:
+            async with self._room:
+                await self._room.wait()
+        resident = self.models.get(key)
+        if resident is None:
+            raise not_found(f"model '{key}' is not loaded")
+        await self._unload(resident)
 
     def touch(self, name: str) -> bool:
         """An invocation of ``name``: mark it used now. False when no resident model has that name."""
@@ -256,30 +302,33 @@ class Residency:
 
     async def ensure(self, target: str) -> None:
         """Make ``target`` (an archive's path relative to the model data url) served: a hit touches it, a miss
-        downloads, extracts and loads it. Concurrent misses on one target wait on the same load."""
+        downloads, extracts and loads it. Concurrent misses on one target wait on the same load, which runs as
+        its own task: a caller that goes away stops waiting, not the load the others wait for. The caller must
+        submit its request before it next yields (a model just loaded is kept only until then)."""
         if self.hit(target):
             return
         self.stats.cache_misses += 1
         started = time.perf_counter()
+        self._waiting[target] = self._waiting.get(target, 0) + 1
         try:
             pending = self._pending.get(target)
-            if pending is not None:
-                await asyncio.shield(pending)
-                return
-            future = asyncio.get_running_loop().create_future()
-            self._pending[target] = future
-            try:
-                await self._fetch_and_load(target)
-            except BaseException as exc:
-                future.set_exception(exc)
-                future.exception()  # the waiters get it; nobody else has to
-                raise
-            else:
-                future.set_result(None)
-            finally:
-                del self._pending[target]
+            if pending is None:
+                pending = self._pending[target] = asyncio.ensure_future(self._fetch_and_load(target))
+                pending.add_done_callback(partial(self._load_done, target))
+            await asyncio.shield(pending)
         finally:
+            # The caller submits its request before it next yields: from then on the model is busy, not new.
+            self._waiting[target] -= 1
+            if not self._waiting[target]:
+                del self._waiting[target]
+                self._changed()
             self.stats.loading_wait.add(time.perf_counter() - started)
+
+    def _load_done(self, target: str, task: asyncio.Future) -> None:
+        if self._pending.get(target) is task:
+            del self._pending[target]
+        if not task.cancelled():
+            task.exception()  # its waiters got it; nobody else has to
 
     async def _fetch_and_load(self, target: str) -> None:
         if self.fetch is None:
@@ -290,46 +339,83 @@ class Residency:
         key = hashlib.md5(target.encode()).hexdigest()
         if key in self.models:  # loaded under its key, but not ready (e.g. a worker restarting)
             raise InferError(f"model '{target}' is not ready", Code.UNAVAILABLE)
-        loop = asyncio.get_running_loop()
-        self.models_root.mkdir(parents=True, exist_ok=True)
-        handle, name = tempfile.mkstemp(prefix=".download-", suffix=".tar.gz", dir=self.models_root)
-        os.close(handle)
-        archive = Path(name)
-        try:
-            started = time.perf_counter()
+        async with self._slots:
+            self.models_root.mkdir(parents=True, exist_ok=True)
+            handle, name = tempfile.mkstemp(prefix=".download-", suffix=".tar.gz", dir=self.models_root)
+            os.close(handle)
+            archive = Path(name)
             try:
-                size = await loop.run_in_executor(None, self.fetch, target, archive)
-            except InferError as exc:
-                raise ArchiveError(exc.message, exc.code) from None
-            fetched = time.perf_counter() - started
-            # Under the lock: an eviction of this very key may still be removing its folder.
-            async with self._lock:
+                started = time.perf_counter()
+                size = await self._off_loop(f"download of '{target}'", partial(self.fetch, target, archive),
+                                            partial(archive.unlink, missing_ok=True))
+                fetched = time.perf_counter() - started
+                leaving = self._leaving.get(key)
+                if leaving is not None:  # an eviction of this very key may still be removing its folder
+                    await leaving[0].wait()
                 folder = self.models_root / key
                 if folder.exists():
                     shutil.rmtree(folder, ignore_errors=True)
                 try:
                     extracting = time.perf_counter()
-                    try:
-                        await loop.run_in_executor(None, partial(extract_archive, label=target), archive,
-                                                   folder / "model", *(self.archive_limits or ()))
-                    except InferError as exc:
-                        raise ArchiveError(exc.message, exc.code) from None
-                    # Download plus extraction, not the wait for the lock between them.
+                    await self._off_loop(f"extraction of '{target}'",
+                                         partial(extract_archive, archive, folder / "model",
+                                                 *(self.archive_limits or ()), label=target),
+                                         partial(shutil.rmtree, folder, ignore_errors=True), key)
                     self.stats.downloading.add(fetched + time.perf_counter() - extracting)
-                    log.info("fetched '%s' (%s) into %s", target, format_size(size), folder)
+                    log.info("fetched '%s' (%s) into %s", target, format_size(size or 0), folder)
                     await self._load(key, str(folder / "model"), target, folder,
                                      fetched + time.perf_counter() - extracting)
                 except BaseException:
-                    if key not in self.models:
+                    if key not in self.models and key not in self._leaving:
                         shutil.rmtree(folder, ignore_errors=True)
                     raise
-        finally:
-            archive.unlink(missing_ok=True)
+            finally:
+                archive.unlink(missing_ok=True)
+
+    async def _off_loop(self, what: str, call: Callable[[], int | None], cleanup: Callable[[], None],
+                        key: str = "") -> int | None:
+        """``call`` on a thread, given up at --model-load-timeout-secs: its requests fail, and ``cleanup`` runs
+        once the thread is done after all (until then, ``key`` counts as leaving: a new load of it waits)."""
+        future = _on_thread(call)
+        timeout = self.repository.options.load_timeout
+        try:
+            return await (asyncio.wait_for(asyncio.shield(future), timeout) if timeout else future)
+        except InferError as exc:
+            raise ArchiveError(exc.message, exc.code) from None
+        except asyncio.TimeoutError:
+            gone = asyncio.Event()
+            if key:
+                self._leaving[key] = (gone, 0)
+
+            def late(done: asyncio.Future) -> None:
+                if not done.cancelled():
+                    done.exception()  # retrieved: nobody waits for it any more
+                cleanup()
+                if key and self._leaving.get(key, (None,))[0] is gone:
+                    del self._leaving[key]
+                gone.set()
+
+            future.add_done_callback(late)
+            log.error("%s did not finish within %g s (--model-load-timeout-secs); giving it up", what, timeout)
+            raise ArchiveError(f"{what} did not finish within {timeout:g} s (--model-load-timeout-secs)",
+                               Code.UNAVAILABLE) from None
 
     # --- memory ------------------------------------------------------------------------------------------------
 
     def used(self) -> int:
         return sum(r.memory for r in self.models.values())
+
+    def _committed(self) -> int:
+        """Loaded models, loads in progress and unloads not finished yet."""
+        return self.used() + sum(self._reserved.values()) + sum(m for _, m in self._leaving.values())
+
+    def _changed(self) -> None:
+        """A load or unload finished: loads waiting for room look again."""
+        async def notify() -> None:
+            async with self._room:
+                self._room.notify_all()
+
+        asyncio.ensure_future(notify())
 
     def refresh(self) -> None:
         """Measure every loaded model again (workers grow, restart, share pages)."""
@@ -357,13 +443,22 @@ class Residency:
 
     async def _make_room(self, need: int, keep: str) -> None:
         """Unload models in the eviction policy's order until ``need`` more bytes fit under the limit. A model
-        that is busy goes after the idle ones; its requests finish before it is finalized either way."""
+        that is busy goes after the idle ones; its requests finish before it is finalized either way. With nothing
+        left to unload, a load waits for the loads and unloads in progress (called with ``_room`` held)."""
         if self.memory_limit is None:
             return
         self.refresh()
-        while self.used() + need > self.memory_limit:
+        while self._committed() + need > self.memory_limit:
             victims = [r for r in self.models.values() if r.key != keep]
+            held = [r for r in victims if r.target in self._waiting]  # just loaded: its requests go first
+            victims = [r for r in victims if r.target not in self._waiting]
             if not victims:
+                # Loads holding memory, unloads about to release some, or requests about to run on a model just
+                # loaded will change the picture.
+                if need and (held or set(self._reserved) - {keep} or any(m for _, m in self._leaving.values())):
+                    await self._room.wait()
+                    self.refresh()
+                    continue
                 return
             victim = min(victims, key=lambda r: (self._busy(r), self.policy.priority(r.target, r.memory)))
             log.info("evicting '%s' (%s, %s) to fit %s under the limit of %s", victim.target,
@@ -384,9 +479,17 @@ class Residency:
         self._by_name.pop(resident.target, None)
         self.models.pop(resident.key, None)
         self.policy.removed(resident.target)
-        await self._discard(resident.repository, resident.names)
-        if resident.folder is not None:
-            shutil.rmtree(resident.folder, ignore_errors=True)
+        gone = asyncio.Event()
+        self._leaving[resident.key] = (gone, resident.memory)  # until its workers are gone
+        try:
+            await self._discard(resident.repository, resident.names)
+            if resident.folder is not None:
+                shutil.rmtree(resident.folder, ignore_errors=True)
+        finally:
+            if self._leaving.get(resident.key, (None,))[0] is gone:
+                del self._leaving[resident.key]
+            gone.set()
+            self._changed()
         self.stats.unloading.add(time.perf_counter() - started)
         log.info("unloaded SageMaker model '%s' (key %s)", resident.target, resident.key)
 
@@ -399,6 +502,34 @@ class Residency:
             if entry.path.parent == repository and not entry.versions:
                 del self.repository.models[name]
         self.repository.registered.pop(repository, None)
+
+
+def _on_thread(call: Callable[[], T]) -> asyncio.Future[T]:
+    """``call`` on a daemon thread of its own: a download that hangs past its timeout must not hold up the
+    server's exit, as a thread of an executor would (the interpreter joins those)."""
+    loop = asyncio.get_running_loop()
+    future: asyncio.Future[T] = loop.create_future()
+
+    def settle(result: T | None, error: BaseException | None) -> None:
+        if future.done():
+            return
+        if error is not None:
+            future.set_exception(error)
+        else:
+            future.set_result(result)  # type: ignore[arg-type]
+
+    def run() -> None:
+        try:
+            outcome: tuple[T | None, BaseException | None] = (call(), None)
+        except BaseException as exc:  # handed to the loop, which raises it in the caller
+            outcome = (None, exc)
+        try:
+            loop.call_soon_threadsafe(settle, *outcome)
+        except RuntimeError:  # the loop closed meanwhile: the server is exiting
+            pass
+
+    threading.Thread(target=run, name="naiad-fetch", daemon=True).start()
+    return future
 
 
 def _is_ensemble(folder: Path) -> bool:

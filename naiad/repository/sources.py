@@ -54,6 +54,17 @@ def split_s3(url: str) -> tuple[str, str]:
     return bucket, key
 
 
+NO_BOTO3 = "s3:// urls need boto3, which is not installed: pip install 'naiad[s3]'"
+
+
+def require_boto3(what: str) -> None:
+    """Refuse at start-up an ``s3://`` url that could never be read, rather than failing every later load."""
+    try:
+        import boto3  # noqa: F401 - only whether it imports
+    except ImportError:
+        raise invalid(f"{what}: {NO_BOTO3}") from None
+
+
 _client_lock = threading.Lock()
 _client: tuple[int, Any] | None = None  # (pid, client): a forked child makes its own
 
@@ -68,7 +79,7 @@ def s3_client() -> Any:
                 import boto3
                 from botocore.config import Config
             except ImportError:
-                raise unavailable("s3:// urls need boto3, which is not installed (pip install boto3)") from None
+                raise unavailable(NO_BOTO3) from None
             # Several on-demand loads may download at once, each with s3transfer's parallel range requests.
             config = Config(max_pool_connections=32, user_agent_extra="naiad")
             _client = (os.getpid(), boto3.session.Session().client("s3", config=config))

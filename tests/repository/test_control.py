@@ -396,3 +396,60 @@ def test_a_worker_loaded_on_request_is_watched_before_its_first_request(repo: Pa
             assert infer_http(client, "target", np.ones(4, np.float32)).tolist() == [1, 1, 1, 1]
     finally:
         server.stop()
+
+
+# A second ensemble that shares sm_scale with the golden pipeline's sm_ensemble (sm_offset(sm_scale(x))).
+SCALE_ONLY = """
+    name: "scale_only"
+    platform: "ensemble"
+    input [{ name: "INPUT", data_type: TYPE_FP32, dims: [ 4 ] }]
+    output [{ name: "OUTPUT", data_type: TYPE_FP32, dims: [ 4 ] }]
+    ensemble_scheduling { step [{
+        model_name: "sm_scale" model_version: -1
+        input_map { key: "INPUT" value: "INPUT" }
+        output_map { key: "OUTPUT" value: "OUTPUT" }
+    }] }
+"""
+
+
+def test_ensembles_bring_and_take_their_composing_models(tmp_path: Path) -> None:
+    """As real Triton 2.51 does it (checked side by side): --load-model of an ensemble loads its models; an unload
+    with unload_dependents takes along only the composing models that were loaded for an ensemble and that no
+    loaded model uses any more; a model loaded by name stays."""
+    repo = tmp_path / "models"
+    shutil.copytree(Path(__file__).resolve().parents[1] / "golden_sagemaker_models" / "sm_ensemble_repo", repo)
+    (repo / "scale_only" / "1").mkdir(parents=True)
+    (repo / "scale_only" / "config.pbtxt").write_text(textwrap.dedent(SCALE_ONLY))
+    server = RunningServer([repo], "--model-control-mode=explicit", "--load-model=sm_ensemble",
+                           "--backend-config=python,in-process=true")
+
+    def ready() -> set[str]:
+        return {name for name in ("sm_ensemble", "scale_only", "sm_scale", "sm_offset") if client.is_model_ready(name)}
+
+    try:
+        with httpclient.InferenceServerClient(server.url) as client:
+            # It failed to start before: "ensemble sm_ensemble contains models that are not available or ambiguous".
+            assert ready() == {"sm_ensemble", "sm_scale", "sm_offset"}
+            data = np.arange(4, dtype=np.float32)
+            np.testing.assert_array_equal(infer_http(client, "sm_ensemble", data, ("INPUT", "OUTPUT")), data * 2 + 1)
+            # A plain unload leaves the composing models loaded (Triton's default).
+            client.unload_model("sm_ensemble")
+            wait_for(lambda: ready() == {"sm_scale", "sm_offset"})
+            client.load_model("sm_ensemble")
+            client.load_model("scale_only")
+            assert ready() == {"sm_ensemble", "scale_only", "sm_scale", "sm_offset"}
+            # sm_offset goes with sm_ensemble; sm_scale stays, as scale_only uses it.
+            client.unload_model("sm_ensemble", unload_dependents=True)
+            wait_for(lambda: ready() == {"scale_only", "sm_scale"})
+            np.testing.assert_array_equal(infer_http(client, "scale_only", data, ("INPUT", "OUTPUT")), data * 2)
+            # These composing models were loaded at start-up for the ensemble, not by name: now they go.
+            client.unload_model("scale_only", unload_dependents=True)
+            wait_for(lambda: ready() == set())
+            # Loaded by name first, a composing model outlives the ensemble that used it.
+            client.load_model("sm_scale")
+            client.load_model("scale_only")
+            client.unload_model("scale_only", unload_dependents=True)
+            wait_for(lambda: not client.is_model_ready("scale_only"))
+            assert ready() == {"sm_scale"}
+    finally:
+        server.stop()

@@ -20,7 +20,8 @@ from naiad.frontends.http.options import HttpOptions
 from naiad.frontends.http.routes import Deferred, Reply, Router, Streamed, error_reply
 from naiad.frontends.sagemaker import codec
 from naiad.frontends.sagemaker.options import SageMakerOptions
-from naiad.repository.residency import Residency, ResidencyStats, UrlRefused, is_out_of_memory
+from naiad.repository.residency import (Resident, Residency, ResidencyStats, UrlRefused, exhausted_budget,
+                                        is_out_of_memory)
 from naiad.service import Service
 
 log = logging.getLogger("naiad.sagemaker")
@@ -34,6 +35,23 @@ def target_model(headers: dict[bytes, bytes]) -> str:
     return headers.get(TARGET_MODEL, b"").decode("utf-8", "replace")
 
 
+# Later Triton (server PR #8923) refuses a header naming another model than the one loaded under the url's key:
+# honouring it let a request meant for one model run, or unload, another.
+MISMATCH = "X-Amzn-SageMaker-Target-Model header does not match the model requested in the URL"
+
+
+def mismatched(headers: dict[bytes, bytes], resident: Resident, action: str) -> Reply | None:
+    """The 400 for a target-model header that names another model than ``resident``'s, else None."""
+    if TARGET_MODEL not in headers:
+        return None
+    named = target_model(headers)
+    if named == resident.target:
+        return None
+    log.error("SageMaker %s rejected: X-Amzn-SageMaker-Target-Model '%s' does not match the model registered under "
+              "URL hash '%s'", action, named, resident.key)
+    return Reply(400, orjson.dumps({"error": MISMATCH}))
+
+
 def bare(status: int) -> Reply:
     """A status with no body and no content type."""
     return Reply(status, b"", b"")
@@ -41,7 +59,10 @@ def bare(status: int) -> Reply:
 
 def sagemaker_error(error: InferError) -> Reply:
     """How Triton's multi-model handlers answer a failure: 507 when it reads as out of memory, else 400."""
-    return Reply(507 if is_out_of_memory(error.message) else 400, orjson.dumps({"error": error.message}))
+    if is_out_of_memory(error.message):
+        log.warning("answering 507: %s ran out: %s", exhausted_budget(error.message), error.message)
+        return Reply(507, orjson.dumps({"error": error.message}))
+    return Reply(400, orjson.dumps({"error": error.message}))
 
 
 class SageMakerRouter:
@@ -214,10 +235,13 @@ class SageMakerRouter:
         return bare(200)
 
     async def _unload(self, key: str, headers: dict[bytes, bytes]) -> Reply:
-        if self.residency.get(key) is None:
+        resident = self.residency.get(key)
+        if resident is None:
             return bare(404)
-        target = target_model(headers) or key
-        log.info("Unloading SageMaker TargetModel: %s", target)
+        refused = mismatched(headers, resident, "UNLOAD")
+        if refused is not None:
+            return refused
+        log.info("Unloading SageMaker TargetModel: %s", resident.target)
         try:
             await self.residency.unload(key)
         except InferError as exc:
@@ -225,11 +249,15 @@ class SageMakerRouter:
         return bare(200)
 
     def _invoke(self, key: str, headers: dict[bytes, bytes], body: bytes | bytearray) -> Reply | Deferred:
-        if self.residency.get(key) is None:
+        """The model loaded under ``key``, whatever the header says (which may only repeat its name)."""
+        resident = self.residency.get(key)
+        if resident is None:
             return bare(404)
-        target = target_model(headers) or key
-        log.info("Invoking SageMaker TargetModel: %s", target)
-        return self.infer(target, headers, body, sagemaker_error)
+        refused = mismatched(headers, resident, "INVOKE")
+        if refused is not None:
+            return self._counted(refused)
+        log.info("Invoking SageMaker TargetModel: %s", resident.target)
+        return self.infer(resident.target, headers, body, sagemaker_error)
 
 
 def _invocations_error(error: InferError) -> Reply:

@@ -127,9 +127,10 @@ def test_repository_layout_and_target_header(server: RunningServer, root: Path) 
     status, body = invoke(server, "repo", ADD_SUB, target="add_sub.tar.gz")
     assert status == 200, body
     assert json.loads(body)["model_name"] == "add_sub.tar.gz"
-    # Without the header the key is the model name, which nothing is served under: the MME's 400.
+    # Without the header the model registered under the key runs (later Triton, PR #8923; 2.51 looked for a
+    # model named after the key).
     status, body = invoke(server, "repo", ADD_SUB)
-    assert status == 400 and "unknown model" in json.loads(body)["error"]
+    assert status == 200 and json.loads(body)["model_name"] == "add_sub.tar.gz", body
     assert server.sagemaker("DELETE", "/models/repo", headers={TARGET: "add_sub.tar.gz"})[0] == 200
 
 
@@ -161,6 +162,7 @@ def test_bad_urls(server: RunningServer, url: str, status: int, has_body: bool) 
 def test_out_of_memory_load_is_507_and_other_failures_400(server: RunningServer, root: Path) -> None:
     status, body = load(server, "oom", root / "oom" / "model")
     assert status == 507 and "MemoryError" in json.loads(body)["error"]
+    assert "answering 507: host memory (the model's own allocation failed) ran out" in server.log()
     status, body = load(server, "broken", root / "broken" / "model")
     assert status == 400 and "bad weights file" in json.loads(body)["error"]
     assert "oom" not in listed(server) and "broken" not in listed(server)
@@ -198,6 +200,7 @@ def test_memory_limit_evicts_least_recently_used(tmp_path: Path) -> None:
         status, body = load(running, "huge", root / "huge" / "model")
         assert status == 507
         assert "more than the memory limit" in json.loads(body)["error"]
+        assert "answering 507: the SageMaker models' memory limit (--model-memory-limit) ran out" in running.log()
         # Room was made for it (a, least recently used, went) before its size was known; nothing of it stays.
         assert listed(running) == ["c"]
         assert invoke(running, "c", IDENTITY)[0] == 200
