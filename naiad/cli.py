@@ -305,7 +305,7 @@ def main(argv: list[str] | None = None) -> int:
         # Triton's docker/sagemaker/serve script, reading SageMaker's environment before `naiad serve`.
         from naiad.sagemaker_serve import main as sagemaker_main
 
-        return sagemaker_main(argv[1:])
+        return sagemaker_main(argv[1:], main)
     args = build_parser().parse_args(argv)
     if args.command == "serve":
         return serve(args)

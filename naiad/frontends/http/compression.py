@@ -4,13 +4,11 @@ from __future__ import annotations
 
 import gzip
 import zlib
-from typing import TYPE_CHECKING, Callable
+from typing import Callable
 
 from naiad.core.errors import InferError, invalid, Code
 from naiad.core.inflate import DEFLATE, GZIP, TooLarge, inflate
-
-if TYPE_CHECKING:
-    from naiad.frontends.http.routes import Reply
+from naiad.frontends.replies import Reply
 
 
 def decompress(body: bytes | bytearray, encoding: bytes, limit: int) -> bytes | bytearray:
