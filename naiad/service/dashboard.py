@@ -1,6 +1,7 @@
-"""The dashboard's JSON feed: the service's state as one document the page redraws from.
+"""The dashboard's JSON feed: the service's state as one document the page redraws from (``Service.dashboard_feed``
+assembles it; the dashboard's routes only serve it).
 
-Everything here is read from the service and the objects it already holds: the repository index (states and
+Everything here is read from the objects the service holds: the repository index (states and
 failure reasons), each version's ``ModelStats`` (totals) and the watcher's per-second figures, each version's
 instances, and SageMaker's residency in multi-model mode. Built at most twice a second however many pages poll.
 """
