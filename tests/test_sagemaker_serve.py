@@ -418,8 +418,8 @@ def test_main_starts_naiad_serve(model_dir: Path, tmp_path: Path, clean_env: pyt
 def test_main_multi_model_paths(tmp_path: Path, clean_env: pytest.MonkeyPatch) -> None:
     started: list[list[str]] = []
     clean_env.setenv("SAGEMAKER_MULTI_MODEL", "true")
-    assert sagemaker_serve.main(["serve", "--models-root", str(tmp_path / "r"),
-                                 "--multi-model-repo", str(tmp_path / "m")], lambda argv: started.append(argv) or 0) == 0
+    assert sagemaker_serve.main(["serve", "--models-root", str(tmp_path / "r"), "--multi-model-repo",
+                                 str(tmp_path / "m")], lambda argv: started.append(argv) or 0) == 0
     assert f"--model-repository={tmp_path / 'm'}" in started[0]
     assert f"--sagemaker-models-root={tmp_path / 'r'}" in started[0]
     assert os.environ["SAGEMAKER_TRITON_PING_MODE"] == "live"

@@ -1,8 +1,8 @@
 """Triton's metrics as ``prometheus_client`` collectors, read at scrape time.
 
-Per model version the numbers come straight from ``ModelStats`` (what ``/v2/models/<m>/stats`` serves, read
-through ``Service.model_metrics``), so the two agree by construction; durations are its nanoseconds in whole microseconds. Server CPU and memory
-are sampled every ``--metrics-interval-ms`` like Triton's, since utilization is a rate over an interval.
+Per model version the numbers come straight from ``ModelStats`` (what ``/v2/models/<m>/stats`` serves), read
+through ``Service.model_metrics``, so the two agree by construction; durations are its nanoseconds in whole
+microseconds. Server CPU and memory are sampled every ``--metrics-interval-ms`` like Triton's, since utilization is a rate over an interval.
 
 Other collectors join the same default ``REGISTRY``: the response cache's ``nv_cache_*`` families and the
 ``pb_utils.MetricFamily`` custom metrics register themselves there (see ``register``).

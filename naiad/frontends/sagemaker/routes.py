@@ -28,6 +28,8 @@ from naiad.service import Service, UrlRefused
 log = logging.getLogger("naiad.sagemaker")
 
 _MODELS = re.compile(r"/models(?:/)?([^/]+)?(/invoke)?")  # Triton's own pattern, quirks included
+
+
 class SageMakerRouter:
     def __init__(self, service: Service, options: SageMakerOptions, http: HttpOptions | None = None,
                  allowed_hosts: list[str] | None = None) -> None:
