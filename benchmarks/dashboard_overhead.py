@@ -47,7 +47,7 @@ from http_add_sub import (  # noqa: E402 - the sibling script's helpers
     wait_ready,
 )
 
-IDLE_AFTER_S = 10.0  # naiad/frontends/dashboard/watch.py: sampling stops this long after the last poll
+IDLE_AFTER_S = 10.0  # naiad/service/watch.py: sampling stops this long after the last poll
 
 
 class Pages:
@@ -182,7 +182,7 @@ def in_process_costs() -> dict[str, float]:
 
     sys.path.insert(0, str(PROJECT_DIR))
     from naiad.core.stats import Duration, ModelStats
-    from naiad.frontends.dashboard.watch import Series
+    from naiad.service.watch import Series
 
     bare, watched = Duration(), Duration()
     stats = ModelStats()

@@ -305,7 +305,7 @@ def main(argv: list[str] | None = None) -> int:
         # Triton's docker/sagemaker/serve script, reading SageMaker's environment before `naiad serve`.
         from naiad.sagemaker_serve import main as sagemaker_main
 
-        return sagemaker_main(argv[1:])
+        return sagemaker_main(argv[1:], main)
     if argv[:1] == ["bench"]:
         # its own parser: perf_analyzer's exit code 99 for option errors, and its --version
         from naiad.bench.cli import main as bench_main

@@ -15,7 +15,7 @@ import shutil
 import subprocess
 import sys
 from pathlib import Path
-from typing import Mapping
+from typing import Callable, Mapping
 
 from naiad.frontends.sagemaker.options import INFERENCE_TYPES
 
@@ -245,7 +245,9 @@ def _parser() -> argparse.ArgumentParser:
     return parser
 
 
-def main(argv: list[str]) -> int:
+def main(argv: list[str], serve: Callable[[list[str]], int]) -> int:
+    """``serve``: what runs ``naiad serve`` with the flags built here (``naiad.cli.main``, which calls this:
+    passed in, so this module needs nothing from the command line's)."""
     try:
         options = _parser().parse_args(argv)
     except SystemExit as exc:  # --help or a usage error: argparse has printed it
@@ -258,6 +260,4 @@ def main(argv: list[str]) -> int:
         _say(exc.message)
         return 1
     os.environ.update(updates)
-    from naiad import cli  # imported here: cli imports this module for its `sagemaker` command
-
-    return cli.main(args)
+    return serve(args)

@@ -193,7 +193,7 @@ class Server:
         if self.options.metrics.enabled:
             from naiad.frontends.metrics.server import MetricsService
 
-            self._metrics = MetricsService(self.repository, self.options.metrics, self.residency)
+            self._metrics = MetricsService(self.service, self.options.metrics)
             try:
                 await self._metrics.start()
             except OSError as exc:

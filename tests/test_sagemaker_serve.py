@@ -380,7 +380,7 @@ def test_main_bad_layout_prints_the_error_lines(tmp_path: Path, clean_env: pytes
                                                 capsys: pytest.CaptureFixture[str]) -> None:
     (tmp_path / "config.pbtxt").write_text('backend: "python"\n')
     (tmp_path / "1").mkdir()
-    assert sagemaker_serve.main(["serve", "--model-dir", str(tmp_path)]) == 1
+    assert sagemaker_serve.main(["serve", "--model-dir", str(tmp_path)], _never) == 1
     assert capsys.readouterr().err.splitlines() == [
         "ERROR: Incorrect directory structure.",
         "       Model directory needs to contain the top level folder",
@@ -390,15 +390,17 @@ def test_main_bad_layout_prints_the_error_lines(tmp_path: Path, clean_env: pytes
 def test_main_two_models_prints_the_error_lines(model_dir: Path, clean_env: pytest.MonkeyPatch,
                                                 capsys: pytest.CaptureFixture[str]) -> None:
     (model_dir / "b").mkdir()
-    assert sagemaker_serve.main(["serve", "--model-dir", str(model_dir)]) == 1
+    assert sagemaker_serve.main(["serve", "--model-dir", str(model_dir)], _never) == 1
     err = capsys.readouterr().err.splitlines()
     assert err[0] == "ERROR: More than 1 model directory found in model repository."
     assert err[-1] == "       Directories found in model repository: add_sub b"
 
 
-def test_main_starts_naiad_serve(model_dir: Path, tmp_path: Path, clean_env: pytest.MonkeyPatch) -> None:
-    from naiad import cli
+def _never(argv: list[str]) -> int:
+    raise AssertionError(f"naiad serve started with {argv}")
 
+
+def test_main_starts_naiad_serve(model_dir: Path, tmp_path: Path, clean_env: pytest.MonkeyPatch) -> None:
     started: list[list[str]] = []
     seen_env: dict[str, str | None] = {}
 
@@ -408,32 +410,28 @@ def test_main_starts_naiad_serve(model_dir: Path, tmp_path: Path, clean_env: pyt
                          for name in ("SAGEMAKER_TRITON_PING_MODE", "SAGEMAKER_TRITON_DEFAULT_MODEL_NAME")})
         return 7
 
-    clean_env.setattr(cli, "main", fake_cli_main)
     clean_env.setenv("SAGEMAKER_BIND_TO_PORT", "9123")
     code = sagemaker_serve.main(["serve", "--model-dir", str(model_dir), "--models-root", str(tmp_path / "r"),
-                                 "--multi-model-repo", str(tmp_path / "m")])
+                                 "--multi-model-repo", str(tmp_path / "m")], fake_cli_main)
     assert code == 7
     assert started == [build_serve_args({"SAGEMAKER_BIND_TO_PORT": "9123"}, model_dir=model_dir)[0]]
     assert seen_env == {"SAGEMAKER_TRITON_PING_MODE": "ready", "SAGEMAKER_TRITON_DEFAULT_MODEL_NAME": "add_sub"}
 
 
 def test_main_multi_model_paths(tmp_path: Path, clean_env: pytest.MonkeyPatch) -> None:
-    from naiad import cli
-
     started: list[list[str]] = []
-    clean_env.setattr(cli, "main", lambda argv: started.append(argv) or 0)
     clean_env.setenv("SAGEMAKER_MULTI_MODEL", "true")
-    assert sagemaker_serve.main(["serve", "--models-root", str(tmp_path / "r"),
-                                 "--multi-model-repo", str(tmp_path / "m")]) == 0
+    assert sagemaker_serve.main(["serve", "--models-root", str(tmp_path / "r"), "--multi-model-repo",
+                                 str(tmp_path / "m")], lambda argv: started.append(argv) or 0) == 0
     assert f"--model-repository={tmp_path / 'm'}" in started[0]
     assert f"--sagemaker-models-root={tmp_path / 'r'}" in started[0]
     assert os.environ["SAGEMAKER_TRITON_PING_MODE"] == "live"
 
 
 def test_main_usage(capsys: pytest.CaptureFixture[str]) -> None:
-    assert sagemaker_serve.main([]) == 2
-    assert sagemaker_serve.main(["train"]) == 2
-    assert sagemaker_serve.main(["serve", "--help"]) == 0
+    assert sagemaker_serve.main([], _never) == 2
+    assert sagemaker_serve.main(["train"], _never) == 2
+    assert sagemaker_serve.main(["serve", "--help"], _never) == 0
     assert "--model-dir" in capsys.readouterr().out
 
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 import asyncio
 from typing import Any, Awaitable, Callable
 
-from naiad.frontends.http.routes import Deferred, Reply, Streamed
+from naiad.frontends.replies import Deferred, Reply, Streamed
 
 # (status, content type, extra headers, body): bytes only, so Ray pickles it as a few buffer copies.
 Wire = tuple[int, bytes, list[tuple[bytes, bytes]], bytes]

@@ -16,7 +16,8 @@ import orjson
 
 from naiad.frontends.http.options import HttpOptions
 from naiad.frontends.http.routes import Router
-from naiad.frontends.sagemaker.routes import TARGET_MODEL, SageMakerRouter
+from naiad.frontends.sagemaker.replies import TARGET_MODEL
+from naiad.frontends.sagemaker.routes import SageMakerRouter
 from naiad.ray.asgi import Receive, Send, Wire, lifespan, read_request, send_result, send_wire
 from naiad.ray.local import build_service, local_repositories, sagemaker_options
 from naiad.ray.options import RayServeOptions

@@ -22,13 +22,13 @@ import orjson
 
 from naiad.core.errors import InferError, not_found
 from naiad.frontends.http.options import HttpOptions
-from naiad.frontends.http.routes import Reply, Router, error_reply
+from naiad.frontends.http.routes import Router
+from naiad.frontends.replies import Reply, error_reply
 from naiad.frontends.sagemaker.routes import SageMakerRouter
 from naiad.ray.asgi import Wire, to_wire
 from naiad.ray.local import build_service, local_repositories, sagemaker_options
 from naiad.ray.options import RayServeOptions
-from naiad.repository.layout import model_dirs
-from naiad.repository.residency import Residency
+from naiad.service.assemble import find_model
 
 log = logging.getLogger("naiad.ray")
 
@@ -71,12 +71,11 @@ class ModelReplica:
         self.options = options
         self.repositories = local_repositories(options.model_repositories)
         self.scratch = Path(tempfile.mkdtemp(prefix="naiad-ray-replica-"))
-        self.service = build_service(options, self.scratch)
-        assert self.service.residency is not None
-        self.residency: Residency = self.service.residency
+        # Its model links lead into the repositories (see _load).
+        self.service = build_service(options, self.scratch, link_roots=self.repositories)
+        self.models_root = self.service.sagemaker_models_root()
         # Requests come through Ray's proxy with the Host clients used for the cluster, which a replica can't know:
         # no Host check here (the Origin check stays).
-        self.residency.link_roots = list(self.repositories)  # its model links lead into these (see _load)
         self.http = Router(self.service, HttpOptions(allowed_hosts=["*"]))
         self.sagemaker = SageMakerRouter(self.service, sagemaker_options(options, self.scratch / "models"),
                                          allowed_hosts=["*"])
@@ -97,11 +96,7 @@ class ModelReplica:
                                          tag_keys=("model",))
 
     def find(self, name: str) -> Path | None:
-        for repository in self.repositories:
-            folder = model_dirs(repository).get(name)
-            if folder is not None:
-                return folder
-        return None
+        return find_model(self.repositories, name)
 
     async def _load(self, name: str) -> Loaded:
         folder = self.find(name)
@@ -110,12 +105,12 @@ class ModelReplica:
         # SageMaker's layout, <root>/<key>/model, as a link to the repository's folder: residency registers it
         # and loads the model under its own name.
         key = name if _KEY.fullmatch(name) else hashlib.md5(name.encode()).hexdigest()
-        link = self.residency.models_root / key
+        link = self.models_root / key
         shutil.rmtree(link, ignore_errors=True)
         link.mkdir(parents=True)
         (link / "model").symlink_to(folder, target_is_directory=True)
         try:
-            await self.residency.load(key, str(link / "model"), name)
+            await self.service.sagemaker_load(key, str(link / "model"), name)
         except BaseException:
             shutil.rmtree(link, ignore_errors=True)
             raise
@@ -128,10 +123,10 @@ class ModelReplica:
         if self.resident.get(loaded.name) is loaded:
             del self.resident[loaded.name]
         try:
-            await self.residency.unload(loaded.key)
+            await self.service.sagemaker_unload(loaded.key)
         except InferError as exc:
             log.warning("unloading model '%s': %s", loaded.name, exc.message)
-        shutil.rmtree(self.residency.models_root / loaded.key, ignore_errors=True)
+        shutil.rmtree(self.models_root / loaded.key, ignore_errors=True)
         self.evictions.inc(tags={"model": loaded.name})
         log.info("replica %s unloaded model '%s'", self.id.decode(), loaded.name)
 

@@ -14,6 +14,7 @@ from naiad.config.sequence import sequence_spec
 from naiad.config.signature import Signature
 from naiad.core.datatypes import CONFIG_TO_WIRE
 from naiad.core.errors import InferError
+from naiad.core.model_view import ModelView
 from naiad.core.request import InferRequest, InferResponse
 from naiad.core.stats import ModelStats
 from naiad.scheduling.cache import ResponseCache
@@ -79,6 +80,10 @@ class ModelVersion:
         self.outputs_metadata = _io_metadata(config.output, batching)
         self.load_seconds = 0.0
         self.decoupled = config.model_transaction_policy.decoupled
+        # What the service hands front ends in its place, built once: resolving a request costs no allocation.
+        self.view = ModelView(name, self.version_str, self.platform, self.decoupled, batching, labels,
+                              self.inputs_metadata, self.outputs_metadata,
+                              {n: spec.datatype for n, spec in self.signature.inputs.items()}, self)
         # A backend whose non-decoupled models may answer before their execution ends (a Python model's response
         # sender, used with FINAL inside execute): its requests get a responder that resolves their future then.
         self._early = not self.decoupled and bool(getattr(loaded, "answers_early", False))

@@ -19,9 +19,8 @@ from pathlib import Path
 import orjson
 
 from naiad.core.restricted import Restrictions
-from naiad.frontends.dashboard.feed import snapshot
-from naiad.frontends.dashboard.watch import watcher_for
-from naiad.frontends.http.routes import JSON, Reply
+from naiad.frontends.replies import JSON, Reply
+from naiad.frontends.replies import method_not_allowed as _method_not_allowed
 from naiad.service import Service
 
 # The restricted-API categories whose data the feed shows (naiad/core/restricted.py): the feed is fenced by each.
@@ -48,7 +47,6 @@ class Dashboard:
     def __init__(self, service: Service, restricted: Restrictions, port: str = "http") -> None:
         self.service = service
         self.port = port
-        self.watcher = watcher_for(service)
         # (lower-cased header name, value, refusal) for each restricted category the feed falls under.
         self.rules = []
         for category in CATEGORIES:
@@ -78,13 +76,9 @@ class Dashboard:
         return page
 
     def feed(self) -> bytes:
-        self.watcher.touch()
         now = time.monotonic()
-        if now - self._built >= FRESH_S:
-            self._feed = orjson.dumps(snapshot(self.service, self.watcher, self.port))
+        if now - self._built >= FRESH_S:  # asking for the feed also keeps the per-second sampling on
+            self._feed = orjson.dumps(self.service.dashboard_feed(self.port))
             self._built = now
         return self._feed
 
-
-def _method_not_allowed() -> Reply:
-    return Reply(405, orjson.dumps({"error": "Method Not Allowed"}))

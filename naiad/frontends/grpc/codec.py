@@ -16,10 +16,10 @@ from tritonclient.grpc import service_pb2 as pb
 
 from naiad.core.datatypes import WIRE_TO_NUMPY, serialize_bytes
 from naiad.core.errors import InferError, invalid
+from naiad.core.model_view import ModelView
 from naiad.core.request import InferRequest, InferResponse, log_prefix
 from naiad.core.shared_memory import SharedMemoryRegistry, SharedMemoryUse
 from naiad.core.tensors import classify, from_buffer
-from naiad.repository.model import ModelVersion
 
 _OBJECT = np.dtype(np.object_)
 _WIRE_BY_DTYPE = {d: w for w, d in WIRE_TO_NUMPY.items()}
@@ -61,12 +61,12 @@ class OutputOptions:
 _NO_OPTIONS = OutputOptions()
 
 
-def decode_request(message: pb.ModelInferRequest, model: ModelVersion,
+def decode_request(message: pb.ModelInferRequest, model: ModelView,
                    shared_memory: SharedMemoryRegistry | None = None) -> tuple[InferRequest, OutputOptions]:
     """Build the server's request; raise ``InferError`` with Triton's gRPC wording for what it refuses.
     ``shared_memory``: the registered regions tensors may name."""
     model_name = message.model_name
-    request = InferRequest(model_name, model.version_str, message.id)
+    request = InferRequest(model_name, model.version, message.id)
     options = _apply_parameters(request, message.parameters) if message.parameters else None
     raw = message.raw_input_contents
     index = 0
@@ -95,11 +95,11 @@ def decode_request(message: pb.ModelInferRequest, model: ModelVersion,
             raise invalid(f"unable to find data for input tensor '{name}' for model '{model_name}' in request.")
         dtype = WIRE_TO_NUMPY.get(io.datatype)
         if dtype is None:
-            spec = model.signature.inputs.get(name)
-            if spec is None:
+            expected = model.input_datatypes.get(name)
+            if expected is None:
                 raise invalid(f"unexpected inference input '{name}' for model '{model_name}'")
             raise invalid(f"{log_prefix(request)}inference input '{name}' data-type is '<invalid>', but model "
-                          f"'{model_name}' expects '{spec.datatype}'")
+                          f"'{model_name}' expects '{expected}'")
         if name in inputs:
             raise invalid(f"{log_prefix(request)}input '{name}' already exists in request")
         inputs[name] = from_buffer(name, buffer, dtype, list(io.shape), request, model_name,

@@ -13,9 +13,7 @@ from tritonclient.grpc import service_pb2 as pb
 from naiad.core.errors import invalid
 from naiad.core.settings import LOG_KEYS, log_changes, no_file_change, trace_changes
 from naiad.frontends.grpc.codec import parse_version
-from naiad.repository.consent import CodeConsent
-from naiad.repository.control import decode_files
-from naiad.service import Service
+from naiad.service import CodeConsent, Service, decode_files
 
 
 class Control:
@@ -49,7 +47,8 @@ class Control:
 
     def ModelConfig(self, request: pb.ModelConfigRequest) -> pb.ModelConfigResponse:
         # The very message the HTTP /config JSON is rendered from.
-        return pb.ModelConfigResponse(config=self.service.model(request.name, parse_version(request.version)).config)
+        return pb.ModelConfigResponse(config=self.service.model_config_message(request.name,
+                                                                             parse_version(request.version)))
 
     def ModelStatistics(self, request: pb.ModelStatisticsRequest) -> pb.ModelStatisticsResponse:
         stats = self.service.model_statistics(request.name, parse_version(request.version))
@@ -117,17 +116,17 @@ class Control:
         if request.settings:
             # An empty value list clears a setting.
             values = {key: list(setting.value) or None for key, setting in request.settings.items()}
-            self.service.tracer.update(model, trace_changes(values))
+            self.service.update_trace_settings(model, trace_changes(values))
         value = pb.TraceSettingResponse.SettingValue
         return pb.TraceSettingResponse(settings={k: value(value=v)
-                                                 for k, v in self.service.tracer.settings(model).items()})
+                                                 for k, v in self.service.trace_settings(model).items()})
 
     def LogSettings(self, request: pb.LogSettingsRequest) -> pb.LogSettingsResponse:
         if request.settings:
-            self.service.log_settings.update(**log_changes(_log_values(request.settings)))
+            self.service.update_log_settings(log_changes(_log_values(request.settings)))
         value = pb.LogSettingsResponse.SettingValue
         settings: dict[str, Any] = {}
-        for key, current in self.service.log_settings.as_dict().items():
+        for key, current in self.service.log_settings_values().items():
             if isinstance(current, bool):
                 settings[key] = value(bool_param=current)
             elif isinstance(current, int):

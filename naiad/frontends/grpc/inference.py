@@ -31,8 +31,7 @@ from naiad.frontends.grpc.codec import (
 )
 from naiad.frontends.grpc.options import GrpcOptions
 from naiad.frontends.grpc.status import fail
-from naiad.repository.model import ModelVersion
-from naiad.service import Service
+from naiad.service import ModelView, Service
 
 log = logging.getLogger("naiad.grpc")
 
@@ -61,10 +60,6 @@ class _Failure:
         self.error = error
 
 
-def is_decoupled(model: ModelVersion) -> bool:
-    return model.config.model_transaction_policy.decoupled
-
-
 class Inference:
     def __init__(self, service: Service, options: GrpcOptions | None = None) -> None:
         self.service = service
@@ -81,13 +76,13 @@ class Inference:
             if not (k.startswith((":", "grpc-")) or k.endswith("-bin") or k in ("te", "content-type")))
 
     def begin(self, message: pb.ModelInferRequest, metadata: Any = None
-              ) -> tuple[asyncio.Future, ModelVersion, OutputOptions]:
+              ) -> tuple[asyncio.Future, ModelView, OutputOptions]:
         """Decode and queue a ModelInfer request (raises ``InferError``): the half every server engine shares.
         ``metadata`` (see ``forwarded``) is read only when headers are forwarded."""
         service = self.service
         version = message.model_version
         model = service.model(message.model_name, parse_version(version) if version else "")
-        if is_decoupled(model):
+        if model.decoupled:
             raise InferError(_DECOUPLED_INFER, Code.UNSUPPORTED)
         request, options = decode_request(message, model, service.shared_memory)
         if self.forward is not None and metadata is not None:
@@ -95,7 +90,7 @@ class Inference:
         return service.infer(request, model), model, options
 
     @staticmethod
-    def finish(response: Any, model: ModelVersion, options: OutputOptions) -> pb.ModelInferResponse:
+    def finish(response: Any, model: ModelView, options: OutputOptions) -> pb.ModelInferResponse:
         """The model's answer as the RPC's message (raises ``InferError``)."""
         if response.error is not None:
             raise response.error
@@ -179,7 +174,7 @@ class _Stream:
         decoupled = False
         try:
             model = self.service.model(message.model_name, parse_version(message.model_version))
-            decoupled = is_decoupled(model)
+            decoupled = model.decoupled
             request, options = decode_request(message, model, self.service.shared_memory)
             if self.forwarded:
                 request.parameters.update(self.forwarded)
@@ -201,7 +196,7 @@ class _Stream:
         self.ordered.append(slot)
         return slot
 
-    async def _run(self, message: pb.ModelInferRequest, model: ModelVersion, request: Any, options: OutputOptions,
+    async def _run(self, message: pb.ModelInferRequest, model: ModelView, request: Any, options: OutputOptions,
                    decoupled: bool, slot: _Slot | None) -> None:
         labels = model.labels if options.classification else None
         try:

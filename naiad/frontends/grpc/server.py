@@ -29,8 +29,7 @@ from naiad.frontends.grpc.control import Control, unary_methods
 from naiad.frontends.grpc.inference import UNPARSABLE, UNPARSABLE_MESSAGE, Inference
 from naiad.frontends.grpc.options import GrpcOptions
 from naiad.frontends.grpc.status import fail
-from naiad.repository.consent import CodeConsent
-from naiad.service import Service
+from naiad.service import CodeConsent, Service
 
 log = logging.getLogger("naiad.grpc")
 

@@ -4,13 +4,11 @@ from __future__ import annotations
 
 import gzip
 import zlib
-from typing import TYPE_CHECKING, Callable
+from typing import Callable
 
 from naiad.core.errors import InferError, invalid, Code
 from naiad.core.inflate import DEFLATE, GZIP, TooLarge, inflate
-
-if TYPE_CHECKING:
-    from naiad.frontends.http.routes import Reply
+from naiad.frontends.replies import Reply
 
 
 def decompress(body: bytes | bytearray, encoding: bytes, limit: int) -> bytes | bytearray:
@@ -31,7 +29,7 @@ def decompress(body: bytes | bytearray, encoding: bytes, limit: int) -> bytes | 
     raise invalid(message)  # outside the handlers: the failed body is not kept alive by a chained traceback
 
 
-def compress(reply: "Reply", accept: bytes) -> "Reply":
+def compress(reply: Reply, accept: bytes) -> Reply:
     """Compress a reply the client said it accepts; gzip first, as Triton prefers it."""
     accepted = {token.split(b";")[0].strip().lower() for token in accept.split(b",")}
     pack: Callable[[bytes], bytes]

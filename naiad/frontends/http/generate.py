@@ -33,7 +33,7 @@ def decode_generate(body: bytes | bytearray, model: Any, name: str, version: str
         if not isinstance(request_id, str):
             raise internal("Unable to parse 'id': attempt to access JSON non-string as string")
         request.id = request_id
-    inputs = {meta["name"]: meta for meta in model.inputs_metadata}
+    inputs = {meta["name"]: meta for meta in model.inputs}
     _convert(doc, inputs, request, nested=True)
     return request
 

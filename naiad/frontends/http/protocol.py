@@ -26,7 +26,8 @@ import orjson
 
 from naiad.frontends.connections import PORT_FULL, peer_address
 from naiad.frontends.http.limits import INF, Listener
-from naiad.frontends.http.routes import Deferred, Reply, Router, Streamed
+from naiad.frontends.http.routes import Router
+from naiad.frontends.replies import Deferred, Reply, Streamed
 
 log = logging.getLogger("naiad.http")
 

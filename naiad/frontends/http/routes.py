@@ -21,55 +21,22 @@ from naiad.frontends.http.generate import (
     sse_error,
     sse_event,
 )
+from naiad.frontends.dashboard.routes import Dashboard
+from naiad.frontends.http import settings
 from naiad.frontends.http.options import HttpOptions
-from naiad.repository.consent import CodeConsent
-from naiad.repository.control import decode_files
-from naiad.repository.model import ModelVersion
-from naiad.service import Service
-
-JSON = b"application/json"
-OCTET = b"application/octet-stream"
-SSE = b"text/event-stream; charset=utf-8"  # Triton's generate_stream content type
-
-
-class Reply:
-    __slots__ = ("status", "body", "content_type", "headers")
-
-    def __init__(self, status: int, body: bytes | list = b"", content_type: bytes = JSON,
-                 headers: list[tuple[bytes, bytes]] | None = None) -> None:
-        self.status = status
-        self.body = body  # bytes, or a list of chunks written back to back
-        self.content_type = content_type
-        self.headers = headers
-
-
-class Deferred:
-    __slots__ = ("future", "finish")
-
-    def __init__(self, future: asyncio.Future, finish: Callable[[asyncio.Future], Reply]) -> None:
-        self.future = future
-        self.finish = finish
-
-
-class Streamed:
-    """A reply sent in parts as ``chunks`` yields them (chunked transfer encoding)."""
-
-    __slots__ = ("chunks", "content_type", "headers", "status")
-
-    def __init__(self, chunks: AsyncIterator[bytes], content_type: bytes = b"text/event-stream",
-                 headers: list[tuple[bytes, bytes]] | None = None, status: int = 200) -> None:
-        self.chunks = chunks
-        self.content_type = content_type
-        self.headers = headers
-        self.status = status
-
-
-def json_reply(value: Any, status: int = 200) -> Reply:
-    return Reply(status, orjson.dumps(value))
-
-
-def error_reply(error: InferError) -> Reply:
-    return Reply(error.http_status, orjson.dumps({"error": error.message}))
+from naiad.frontends.http.shared_memory import route as shared_memory_route
+from naiad.frontends.replies import (
+    OCTET,
+    SSE,
+    Deferred,
+    Reply,
+    Streamed,
+    error_reply,
+    json_reply,
+)
+from naiad.frontends.replies import method_not_allowed as _method_not_allowed
+from naiad.frontends.replies import not_found as _not_found
+from naiad.service import CodeConsent, ModelView, Service, decode_files
 
 
 class Router:
@@ -91,8 +58,6 @@ class Router:
         self.consent = CodeConsent(options.restricted.rule("model-repository") is not None, "--http-restricted-api")
         self.dashboard: Any = None  # GET /dashboard (--allow-dashboard), outside /v2: no cost on the routes below
         if options.dashboard:
-            from naiad.frontends.dashboard.routes import Dashboard  # it builds on this module's replies
-
             self.dashboard = Dashboard(service, options.restricted)
 
     def handle(self, method: bytes, path: str, headers: dict[bytes, bytes], body: bytes | bytearray
@@ -130,7 +95,6 @@ class Router:
             if not rest:
                 return self._get(method, lambda: json_reply(self.service.model_metadata(name, version)))
             if rest == ["trace", "setting"] and not version:  # Triton has no versioned trace settings
-                from naiad.frontends.http import settings  # it builds on this module's replies
                 return self._settings(method, headers, lambda: settings.trace(self.service, method, name, body))
             if len(rest) == 1:
                 action = rest[0]
@@ -158,18 +122,15 @@ class Router:
                 return self._get(method, lambda: Reply(200 if self.service.is_ready() else 400))
         if parts[1] == "repository":
             return self._repository(method, parts[2:], headers, body)
-        if parts[1:] in (["trace", "setting"], ["logging"]):
-            from naiad.frontends.http import settings
         if parts[1:] == ["trace", "setting"]:
             return self._settings(method, headers, lambda: settings.trace(self.service, method, "", body))
         if parts[1:] == ["logging"]:
             return self._settings(method, headers, lambda: settings.logging(self.service, method, body))
         if parts[1] in ("systemsharedmemory", "cudasharedmemory"):
-            from naiad.frontends.http.shared_memory import route  # it builds on this module's replies
             refused = self.from_browser(headers) if method == b"POST" else None  # register / unregister
             if refused is not None:
                 return refused
-            return route(self.service.shared_memory, method, parts, body)
+            return shared_memory_route(self.service.shared_memory, method, parts, body)
         return _not_found()
 
     def _refused(self, parts: list[str], headers: dict[bytes, bytes]) -> Reply | None:
@@ -226,7 +187,7 @@ class Router:
         return Deferred(future, lambda f: self._infer_reply(f.result(), options, accept, model))
 
     def _infer_reply(self, response: InferResponse, options: OutputOptions, accept: bytes | None,
-                     model: ModelVersion) -> Reply:
+                     model: ModelView) -> Reply:
         if response.error is not None:
             return error_reply(response.error)
         labels = model.labels if options.classification else None
@@ -250,7 +211,7 @@ class Router:
             return Deferred(self.service.infer(request, model), lambda f: _generate_reply(f.result()))
         return Deferred(asyncio.ensure_future(self._generate_one(request, model)), lambda f: f.result())
 
-    async def _generate_stream(self, request: InferRequest, model: ModelVersion) -> Reply | Streamed:
+    async def _generate_stream(self, request: InferRequest, model: ModelView) -> Reply | Streamed:
         """As Triton: a request refused before inference is a plain JSON error; otherwise the first response
         sets the status (an error one included) and starts the event stream."""
         responses = self.service.stream(request, model)
@@ -282,7 +243,7 @@ class Router:
         finally:
             await responses.aclose()  # type: ignore[attr-defined]  # an async generator: tells the model on early exit
 
-    async def _generate_one(self, request: InferRequest, model: ModelVersion) -> Reply:
+    async def _generate_one(self, request: InferRequest, model: ModelView) -> Reply:
         """``generate`` on a decoupled model: it must answer with exactly one response (plus, maybe, an empty
         final one)."""
         answers = []
@@ -407,10 +368,3 @@ def _generate_reply(response: InferResponse) -> Reply:
 def _model_ready(ready: bool) -> Reply:
     return Reply(200) if ready else Reply(400, orjson.dumps({"error": "Model version not ready"}))
 
-
-def _not_found() -> Reply:
-    return Reply(404, orjson.dumps({"error": "Not Found"}))
-
-
-def _method_not_allowed() -> Reply:
-    return Reply(405, orjson.dumps({"error": "Method Not Allowed"}))

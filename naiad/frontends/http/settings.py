@@ -13,7 +13,7 @@ import orjson
 
 from naiad.core.errors import invalid
 from naiad.core.settings import LOG_KEYS, log_changes, no_file_change, trace_changes
-from naiad.frontends.http.routes import Reply, json_reply
+from naiad.frontends.replies import Reply, json_reply
 from naiad.service import Service
 
 _JSON_TYPES = {bool: "boolean", int: "unsigned-integer", str: "string", list: "array"}
@@ -35,10 +35,10 @@ def trace(service: Service, method: bytes, model: str, body: bytes | bytearray) 
                 values[key] = [_typed(level, str) for level in _typed(value, list)]
             else:
                 values[key] = [_typed(value, str)]
-        service.tracer.update(model, trace_changes(values))
+        service.update_trace_settings(model, trace_changes(values))
     # The tracer lists them in Triton's order; HTTP shows the levels as a list and every other value as a string.
     return json_reply({key: value if key == "trace_level" else value[0]
-                       for key, value in service.tracer.settings(model).items()})
+                       for key, value in service.trace_settings(model).items()})
 
 
 def logging(service: Service, method: bytes, body: bytes | bytearray) -> Reply:
@@ -50,8 +50,8 @@ def logging(service: Service, method: bytes, body: bytes | bytearray) -> Reply:
         for key, (_, kind) in LOG_KEYS.items():
             if document.get(key) is not None:
                 values[key] = _typed(document[key], kind)
-        service.log_settings.update(**log_changes(values, format_flag="--log_format"))
-    return json_reply(service.log_settings.as_dict())
+        service.update_log_settings(log_changes(values, format_flag="--log_format"))
+    return json_reply(service.log_settings_values())
 
 
 def _document(body: bytes | bytearray) -> dict[str, Any]:

@@ -14,7 +14,9 @@ import orjson
 
 from naiad.core.errors import internal, invalid
 from naiad.core.shared_memory import SharedMemoryRegistry
-from naiad.frontends.http.routes import Reply, _method_not_allowed, _not_found, json_reply
+from naiad.frontends.replies import Reply, json_reply
+from naiad.frontends.replies import method_not_allowed as _method_not_allowed
+from naiad.frontends.replies import not_found as _not_found
 
 _ACTIONS = ("status", "register", "unregister")
 _CUDA_IPC_HANDLE_SIZE = 64  # sizeof(cudaIpcMemHandle_t)

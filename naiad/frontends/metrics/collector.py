@@ -1,8 +1,8 @@
 """Triton's metrics as ``prometheus_client`` collectors, read at scrape time.
 
-Per model version the numbers come straight from ``ModelStats`` (what ``/v2/models/<m>/stats`` serves), so
-the two agree by construction; durations are its nanoseconds in whole microseconds. Server CPU and memory
-are sampled every ``--metrics-interval-ms`` like Triton's, since utilization is a rate over an interval.
+Per model version the numbers come straight from ``ModelStats`` (what ``/v2/models/<m>/stats`` serves), read
+through ``Service.model_metrics``, so the two agree by construction; durations are its nanoseconds in whole
+microseconds. Server CPU and memory are sampled every ``--metrics-interval-ms`` like Triton's, since utilization is a rate over an interval.
 
 Other collectors join the same default ``REGISTRY``: the response cache's ``nv_cache_*`` families and the
 ``pb_utils.MetricFamily`` custom metrics register themselves there (see ``register``).
@@ -18,7 +18,7 @@ from prometheus_client.registry import Collector
 
 from naiad.core.stats import FAILURE_REASONS
 from naiad.frontends.metrics.options import MetricsOptions
-from naiad.repository.manager import ModelRepository
+from naiad.service import Service
 
 _LABELS = ["model", "version"]
 
@@ -63,8 +63,8 @@ _LATENCY_COUNTERS = {name for name in _COUNTERS if name.endswith("_duration_us")
 
 
 class ModelCollector(Collector):
-    def __init__(self, repository: ModelRepository, options: MetricsOptions | None = None) -> None:
-        self.repository = repository
+    def __init__(self, service: Service, options: MetricsOptions | None = None) -> None:
+        self.service = service
         self.options = options or MetricsOptions()
 
     def collect(self) -> Iterator[Metric]:
@@ -74,18 +74,19 @@ class ModelCollector(Collector):
 
     def _summaries(self) -> Iterator[Metric]:
         quantiles = self.options.summary_quantiles
+        rows = self.service.model_metrics(quantiles)
         for key, (family, help) in _SUMMARIES.items():
             metric = Metric(family, help, "summary")
-            for name in sorted(self.repository.models):
-                for version, model in sorted(self.repository.models[name].versions.items()):
-                    window = model.stats.durations[key].window
-                    if window is None:
-                        continue
-                    labels = {"model": name, "version": str(version)}
-                    metric.add_sample(family + "_count", labels, window.count)
-                    metric.add_sample(family + "_sum", labels, window.total_ns / 1000)
-                    for q, value in zip(quantiles, window.quantiles(quantiles)):
-                        metric.add_sample(family, {**labels, "quantile": str(q)}, value / 1000)
+            for row in rows:
+                summary = row["summaries"].get(key)
+                if summary is None:
+                    continue
+                count, total_ns, values = summary
+                labels = {"model": row["model"], "version": row["version"]}
+                metric.add_sample(family + "_count", labels, count)
+                metric.add_sample(family + "_sum", labels, total_ns / 1000)
+                for q, value in zip(quantiles, values):
+                    metric.add_sample(family, {**labels, "quantile": str(q)}, value / 1000)
             yield metric
 
     def _counters(self) -> Iterator[Metric]:
@@ -95,27 +96,26 @@ class ModelCollector(Collector):
                                     "Instantaneous number of pending requests awaiting execution per-model.",
                                     labels=_LABELS)
         load = GaugeMetricFamily("nv_model_load_duration_secs", "Model load time in seconds", labels=_LABELS)
-        for name in sorted(self.repository.models):
-            for version, model in sorted(self.repository.models[name].versions.items()):
-                labels = {"model": name, "version": str(version)}
-                s = model.stats
-                values = {
-                    "nv_inference_request_success": s.success.count,
-                    "nv_inference_count": s.inference_count,
-                    "nv_inference_exec_count": s.execution_count,
-                    "nv_inference_request_duration_us": s.success.ns // 1000,
-                    "nv_inference_queue_duration_us": s.queue.ns // 1000,
-                    "nv_inference_compute_input_duration_us": s.compute_input.ns // 1000,
-                    "nv_inference_compute_infer_duration_us": s.compute_infer.ns // 1000,
-                    "nv_inference_compute_output_duration_us": s.compute_output.ns // 1000,
-                }
-                for metric, value in values.items():
-                    families[metric].add_sample(metric, labels, value)
-                for reason in FAILURE_REASONS:
-                    failure.add_sample("nv_inference_request_failure", {**labels, "reason": reason},
-                                       s.fail_reasons[reason])
-                pending.add_metric([name, str(version)], model.scheduler.pending)
-                load.add_metric([name, str(version)], model.load_seconds)
+        for row in self.service.model_metrics():
+            name, version = row["model"], row["version"]
+            labels = {"model": name, "version": version}
+            values = {
+                "nv_inference_request_success": row["success"],
+                "nv_inference_count": row["inferences"],
+                "nv_inference_exec_count": row["executions"],
+                "nv_inference_request_duration_us": row["success_ns"] // 1000,
+                "nv_inference_queue_duration_us": row["queue_ns"] // 1000,
+                "nv_inference_compute_input_duration_us": row["compute_input_ns"] // 1000,
+                "nv_inference_compute_infer_duration_us": row["compute_infer_ns"] // 1000,
+                "nv_inference_compute_output_duration_us": row["compute_output_ns"] // 1000,
+            }
+            for metric, value in values.items():
+                families[metric].add_sample(metric, labels, value)
+            for reason in FAILURE_REASONS:
+                failure.add_sample("nv_inference_request_failure", {**labels, "reason": reason},
+                                   row["fail_reasons"][reason])
+            pending.add_metric([name, version], row["pending"])
+            load.add_metric([name, version], row["load_seconds"])
         yield families["nv_inference_request_success"]
         yield failure
         for name in list(_COUNTERS)[1:]:

@@ -7,25 +7,26 @@ Durations are microseconds, as SageMaker reports them.
 from __future__ import annotations
 
 from collections.abc import Iterator
+from typing import Any
 
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric, SummaryMetricFamily
 from prometheus_client.registry import Collector
 
-from naiad.repository.residency import Residency, Timing
+from naiad.service import Service
 
 
-def _summary(name: str, help: str, timing: Timing) -> Metric:
+def _summary(name: str, help: str, timing: Any) -> Metric:
+    """``timing``: a residency ``Timing`` (count, sum_us)."""
     return SummaryMetricFamily(name, help, count_value=timing.count, sum_value=timing.sum_us)
 
 
 class SageMakerCollector(Collector):
-    def __init__(self, residency: Residency) -> None:
-        self.residency = residency
+    def __init__(self, service: Service) -> None:
+        self.service = service
 
     def collect(self) -> Iterator[Metric]:
-        residency = self.residency
-        residency.refresh()
-        stats = residency.stats
+        figures = self.service.sagemaker_metrics()
+        stats = figures["stats"]
         yield CounterMetricFamily("sagemaker_invocations", "Invocations: requests sent to a model", stats.invocations)
         yield CounterMetricFamily("sagemaker_invocation_4xx_errors",
                                   "Invocation4XXErrors: invocations answered with a 4xx status", stats.errors_4xx)
@@ -37,7 +38,7 @@ class SageMakerCollector(Collector):
                        "OverheadLatency: time spent outside the model (decoding, encoding, waiting for an on-demand "
                        "load), in microseconds", stats.overhead_latency)
         yield GaugeMetricFamily("sagemaker_loaded_model_count", "LoadedModelCount: models loaded by the multi-model "
-                                "API", len(residency.models))
+                                "API", figures["loaded"])
         yield CounterMetricFamily("sagemaker_model_cache_hit", "ModelCacheHit: invocations whose target model was "
                                   "already loaded", stats.cache_hits)
         yield CounterMetricFamily("sagemaker_model_cache_miss", "Invocations whose target model had to be loaded "
@@ -54,9 +55,9 @@ class SageMakerCollector(Collector):
                        "memory is released, in microseconds", stats.unloading)
         per_model = GaugeMetricFamily("sagemaker_model_memory_bytes", "Memory a loaded model uses (its worker "
                                       "processes' PSS plus what it added to the server)", labels=["model"])
-        for resident in residency.models.values():
-            per_model.add_metric([resident.target], resident.memory)
+        for target, memory in figures["memory"]:
+            per_model.add_metric([target], memory)
         yield per_model
-        yield GaugeMetricFamily("sagemaker_memory_used_bytes", "Memory the loaded models use", residency.used())
-        if residency.memory_limit is not None:
-            yield GaugeMetricFamily("sagemaker_memory_limit_bytes", "--model-memory-limit", residency.memory_limit)
+        yield GaugeMetricFamily("sagemaker_memory_used_bytes", "Memory the loaded models use", figures["used"])
+        if figures["limit"] is not None:
+            yield GaugeMetricFamily("sagemaker_memory_limit_bytes", "--model-memory-limit", figures["limit"])

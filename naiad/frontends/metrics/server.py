@@ -17,13 +17,12 @@ from prometheus_client import (
 )
 
 from naiad.frontends.http.protocol import HttpProtocol
-from naiad.frontends.http.routes import Reply
 from naiad.frontends.metrics.collector import CpuCollector, ModelCollector
 from naiad.frontends.metrics.exposition import CONTENT_TYPE, render
 from naiad.frontends.metrics.options import MetricsOptions
 from naiad.frontends.metrics.sagemaker import SageMakerCollector
-from naiad.repository.manager import ModelRepository
-from naiad.repository.residency import Residency
+from naiad.frontends.replies import Reply
+from naiad.service import Service
 
 log = logging.getLogger("naiad.metrics")
 
@@ -38,12 +37,11 @@ class _MetricsRouter:
 
 
 class MetricsService:
-    def __init__(self, repository: ModelRepository, options: MetricsOptions, residency: Residency | None = None
-                 ) -> None:
+    def __init__(self, service: Service, options: MetricsOptions) -> None:
         self.options = options
-        self.models = ModelCollector(repository, options)
+        self.models = ModelCollector(service, options)
         self.cpu = CpuCollector() if options.cpu else None
-        self.sagemaker = SageMakerCollector(residency) if residency is not None else None
+        self.sagemaker = SageMakerCollector(service) if service.sagemaker else None
         self._server: asyncio.base_events.Server | None = None
         self._sampler: asyncio.Task | None = None
 

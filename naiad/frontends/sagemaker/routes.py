@@ -17,67 +17,29 @@ from naiad.core.errors import Code, InferError
 from naiad.core.request import InferResponse
 from naiad.frontends.http.codec import OutputOptions
 from naiad.frontends.http.options import HttpOptions
-from naiad.frontends.http.routes import Deferred, Reply, Router, Streamed, error_reply
+from naiad.frontends.http.routes import Router
+from naiad.frontends.replies import Deferred, Reply, Streamed, error_reply
 from naiad.frontends.sagemaker import codec
 from naiad.frontends.sagemaker.options import SageMakerOptions
-from naiad.repository.residency import (Resident, Residency, ResidencyStats, UrlRefused, exhausted_budget,
-                                        is_out_of_memory)
-from naiad.service import Service
+from naiad.frontends.sagemaker.replies import bare, mismatched, sagemaker_error, target_model
+from naiad.frontends.sagemaker.runtime import RuntimeDoor
+from naiad.service import Service, UrlRefused
 
 log = logging.getLogger("naiad.sagemaker")
 
 _MODELS = re.compile(r"/models(?:/)?([^/]+)?(/invoke)?")  # Triton's own pattern, quirks included
-TARGET_MODEL = b"x-amzn-sagemaker-target-model"
-
-
-def target_model(headers: dict[bytes, bytes]) -> str:
-    """The target-model header as text; bytes that aren't UTF-8 name no model (they were a 500 before)."""
-    return headers.get(TARGET_MODEL, b"").decode("utf-8", "replace")
-
-
-# Later Triton (server PR #8923) refuses a header naming another model than the one loaded under the url's key:
-# honouring it let a request meant for one model run, or unload, another.
-MISMATCH = "X-Amzn-SageMaker-Target-Model header does not match the model requested in the URL"
-
-
-def mismatched(headers: dict[bytes, bytes], resident: Resident, action: str) -> Reply | None:
-    """The 400 for a target-model header that names another model than ``resident``'s, else None."""
-    if TARGET_MODEL not in headers:
-        return None
-    named = target_model(headers)
-    if named == resident.target:
-        return None
-    log.error("SageMaker %s rejected: X-Amzn-SageMaker-Target-Model '%s' does not match the model registered under "
-              "URL hash '%s'", action, named, resident.key)
-    return Reply(400, orjson.dumps({"error": MISMATCH}))
-
-
-def bare(status: int) -> Reply:
-    """A status with no body and no content type."""
-    return Reply(status, b"", b"")
-
-
-def sagemaker_error(error: InferError) -> Reply:
-    """How Triton's multi-model handlers answer a failure: 507 when it reads as out of memory, else 400."""
-    if is_out_of_memory(error.message):
-        log.warning("answering 507: %s ran out: %s", exhausted_budget(error.message), error.message)
-        return Reply(507, orjson.dumps({"error": error.message}))
-    return Reply(400, orjson.dumps({"error": error.message}))
 
 
 class SageMakerRouter:
     def __init__(self, service: Service, options: SageMakerOptions, http: HttpOptions | None = None,
                  allowed_hosts: list[str] | None = None) -> None:
-        assert service.residency is not None
+        assert service.sagemaker
         self.service = service
         self.options = options
-        self.residency: Residency = service.residency
-        self.stats: ResidencyStats = self.residency.stats
+        self.stats = service.sagemaker_stats()
         # generate / generate_stream are the HTTP front end's, as in Triton; its browser guard (--http-allowed-hosts)
         # also fences the multi-model load and unload.
         self.http = Router(service, HttpOptions(allowed_hosts=allowed_hosts or []))
-        from naiad.frontends.sagemaker.runtime import RuntimeDoor
-
         self.runtime = RuntimeDoor(self)
         self.dashboard: Any = None  # GET /dashboard here when HTTP is off (``http``: the options it would have had)
         if http is not None and http.dashboard:
@@ -161,7 +123,7 @@ class SageMakerRouter:
             future = self.service.infer(request, model)
         except InferError as exc:
             return self._counted(failed(exc))
-        self.residency.touch(name)
+        self.service.sagemaker_touch(name)
         return Deferred(future, lambda f: self._reply(f.result(), options, model.labels, failed, started, submitted,
                                                       model.batching))
 
@@ -193,17 +155,16 @@ class SageMakerRouter:
 
     def _list(self) -> Reply:
         rows = []
-        for resident in self.residency.models.values():
-            ready = self.service.repository.is_ready(resident.target)
+        for resident in self.service.sagemaker_models():
             # Triton appends an empty object for a model that isn't ready.
-            rows.append({"modelName": resident.key, "modelUrl": resident.url} if ready else {})
+            rows.append({"modelName": resident["key"], "modelUrl": resident["url"]} if resident["ready"] else {})
         return Reply(200, orjson.dumps({"models": rows}))
 
     def _get(self, key: str) -> Reply:
-        resident = self.residency.get(key)
+        resident = self.service.sagemaker_model(key)
         if resident is None:
             return bare(404)
-        return Reply(200, orjson.dumps({"modelName": resident.key, "modelUrl": resident.url}))
+        return Reply(200, orjson.dumps({"modelName": resident["key"], "modelUrl": resident["url"]}))
 
     async def _load(self, headers: dict[bytes, bytes], body: bytes | bytearray) -> Reply:
         key, url = "", ""
@@ -224,7 +185,7 @@ class SageMakerRouter:
         target = target_model(headers) or key
         log.info("Loading SageMaker TargetModel: %s", target)
         try:
-            await self.residency.load(key, url, target)
+            await self.service.sagemaker_load(key, url, target)
         except UrlRefused as exc:
             log.error("%s", exc.message)
             return bare(400)
@@ -235,29 +196,29 @@ class SageMakerRouter:
         return bare(200)
 
     async def _unload(self, key: str, headers: dict[bytes, bytes]) -> Reply:
-        resident = self.residency.get(key)
+        resident = self.service.sagemaker_model(key)
         if resident is None:
             return bare(404)
         refused = mismatched(headers, resident, "UNLOAD")
         if refused is not None:
             return refused
-        log.info("Unloading SageMaker TargetModel: %s", resident.target)
+        log.info("Unloading SageMaker TargetModel: %s", resident["target"])
         try:
-            await self.residency.unload(key)
+            await self.service.sagemaker_unload(key)
         except InferError as exc:
             return Reply(400, orjson.dumps({"error": exc.message}))
         return bare(200)
 
     def _invoke(self, key: str, headers: dict[bytes, bytes], body: bytes | bytearray) -> Reply | Deferred:
         """The model loaded under ``key``, whatever the header says (which may only repeat its name)."""
-        resident = self.residency.get(key)
+        resident = self.service.sagemaker_model(key)
         if resident is None:
             return bare(404)
         refused = mismatched(headers, resident, "INVOKE")
         if refused is not None:
             return self._counted(refused)
-        log.info("Invoking SageMaker TargetModel: %s", resident.target)
-        return self.infer(resident.target, headers, body, sagemaker_error)
+        log.info("Invoking SageMaker TargetModel: %s", resident["target"])
+        return self.infer(resident["target"], headers, body, sagemaker_error)
 
 
 def _invocations_error(error: InferError) -> Reply:

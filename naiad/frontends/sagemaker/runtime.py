@@ -21,9 +21,9 @@ from typing import TYPE_CHECKING, Any, AsyncIterator
 import orjson
 
 from naiad.core.errors import Code, InferError
-from naiad.frontends.http.routes import Deferred, Reply, Streamed, error_reply
-from naiad.frontends.sagemaker.routes import sagemaker_error, target_model
-from naiad.repository.residency import ArchiveError
+from naiad.frontends.replies import Deferred, Reply, Streamed, error_reply
+from naiad.frontends.sagemaker.replies import sagemaker_error, target_model
+from naiad.service import ArchiveError
 
 if TYPE_CHECKING:
     from naiad.frontends.sagemaker.routes import SageMakerRouter
@@ -51,7 +51,7 @@ class RuntimeDoor:
     def __init__(self, router: SageMakerRouter) -> None:
         self.router = router
         self.options = router.options
-        self.residency = router.residency
+        self.service = router.service
 
     def handle(self, method: bytes, path: str, headers: dict[bytes, bytes], body: bytes | bytearray
                ) -> Reply | Deferred | Streamed:
@@ -73,7 +73,7 @@ class RuntimeDoor:
         started = time.perf_counter()
         if not self.options.multi_model:
             return self._run(self.options.default_model, headers, body, stream, endpoint, started, error_reply)
-        if self.residency.hit(target):  # the hot path: no task, no wait
+        if self.service.sagemaker_hit(target):  # the hot path: no task, no wait
             return self._run(target, headers, body, stream, endpoint, started, sagemaker_error)
         return Deferred(asyncio.ensure_future(self._load_then_run(target, headers, body, stream, endpoint, started)),
                         lambda f: f.result())
@@ -81,7 +81,7 @@ class RuntimeDoor:
     async def _load_then_run(self, target: str, headers: dict[bytes, bytes], body: bytes | bytearray, stream: bool,
                              endpoint: str, started: float) -> Reply | Streamed:
         try:
-            await self.residency.ensure(target)
+            await self.service.sagemaker_ensure(target)
         except InferError as exc:
             return self._load_failed(target, exc, endpoint)
         result = self._run(target, headers, body, stream, endpoint, started, sagemaker_error)

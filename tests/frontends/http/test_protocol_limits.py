@@ -13,7 +13,7 @@ import pytest
 
 from naiad.frontends.http.limits import HttpLimits, Listener
 from naiad.frontends.http.protocol import LINGER, HttpProtocol
-from naiad.frontends.http.routes import Deferred, Reply, Streamed
+from naiad.frontends.replies import Deferred, Reply, Streamed
 
 
 class Transport:

@@ -12,13 +12,12 @@ from __future__ import annotations
 
 import asyncio
 import time
-import weakref
 from collections import deque
 from itertools import islice
 
 from naiad.core.stats import ModelStats, Window
+from naiad.repository.manager import ModelRepository
 from naiad.repository.model import ModelVersion
-from naiad.service import Service
 
 HISTORY = 60  # samples the rate chart shows (one a second)
 IDLE_AFTER_S = 10.0  # no feed request for this long: every page is closed, sampling stops
@@ -98,8 +97,8 @@ def _mean_ms(now: tuple[int, int], before: tuple[int, int]) -> float | None:
 class Watcher:
     """Samples every loaded version once a second while feed requests keep coming; one per service."""
 
-    def __init__(self, service: Service) -> None:
-        self.service = service
+    def __init__(self, repository: ModelRepository) -> None:
+        self.repository = repository
         self.series: dict[tuple[str, int], Series] = {}
         self.last_seen = 0.0
         self.started = time.time()
@@ -125,7 +124,7 @@ class Watcher:
 
     def sample(self, now: float) -> None:
         current: dict[tuple[str, int], ModelVersion] = {
-            (name, version): model for name, entry in list(self.service.repository.models.items())
+            (name, version): model for name, entry in list(self.repository.models.items())
             for version, model in list(entry.versions.items())}
         for key in [k for k, s in self.series.items() if k not in current or current[k].stats is not s.stats]:
             self.series.pop(key).release()  # unloaded, or reloaded with new statistics
@@ -144,13 +143,3 @@ class Watcher:
             series.release()
         self.series.clear()
 
-
-_WATCHERS: weakref.WeakKeyDictionary[Service, Watcher] = weakref.WeakKeyDictionary()
-
-
-def watcher_for(service: Service) -> Watcher:
-    """The service's one watcher, whichever port serves the page (so windows are added and removed once)."""
-    watcher = _WATCHERS.get(service)
-    if watcher is None:
-        watcher = _WATCHERS[service] = Watcher(service)
-    return watcher

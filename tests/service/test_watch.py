@@ -10,10 +10,9 @@ from types import SimpleNamespace
 import pytest
 
 from naiad.core.stats import ModelStats, Window
-from naiad.frontends.dashboard import watch
-from naiad.frontends.dashboard.watch import Series, Watcher
 from naiad.repository.manager import ModelEntry, ModelRepository, RepositoryOptions
-from naiad.service import Service
+from naiad.service import Service, watch
+from naiad.service.watch import Series, Watcher
 
 MS = 1_000_000
 
@@ -98,7 +97,7 @@ def test_sampling_runs_only_while_pages_poll(monkeypatch: pytest.MonkeyPatch) ->
     service, entry = _service_with(stats)
 
     async def scenario() -> None:
-        watcher = Watcher(service)
+        watcher = Watcher(service.repository)
         assert not watcher.watching
         watcher.touch()
         assert watcher.watching and stats.success.window is not None

@@ -1,16 +1,24 @@
-"""The one core API every front end speaks to: inference, health, metadata, config, statistics, repository.
+"""The one face every front end speaks to, and nothing below it: inference and streams, health, metadata and
+config, statistics and the metrics page's reads, the repository (index, load, unload), SageMaker's residency, the
+shared-memory registry, trace and log settings, and the dashboard's feed.
 
-Front ends decode their wire format into ``InferRequest`` and encode ``InferResponse``; none of
-them reaches into a scheduler or a backend.
+Front ends decode their wire format into ``InferRequest`` and encode ``InferResponse``; none of them reaches
+into the repository, a scheduler or a backend. Arguments and results are plain values (names, versions, dicts
+and lists, requests and responses, bytes; a model is a ``ModelView``), so the face can be a function call, as
+here, or a channel to a model host in another process.
 """
 
 from __future__ import annotations
 
 import asyncio
+import time
+from pathlib import Path
 from typing import Any, AsyncIterator, Callable
 
 import naiad
+from naiad.config import ModelConfig
 from naiad.core.errors import Code, InferError, invalid, unavailable
+from naiad.core.model_view import ModelView
 from naiad.core.request import InferRequest, InferResponse
 from naiad.core.settings import LogSettings
 from naiad.core.shared_memory import SharedMemoryRegistry
@@ -19,7 +27,11 @@ from naiad.repository.consent import CodeConsent
 from naiad.repository.control import ModelControl
 from naiad.repository.manager import ModelRepository
 from naiad.repository.model import ModelVersion
-from naiad.repository.residency import Residency
+from naiad.repository.residency import Residency, ResidencyStats
+from naiad.service.dashboard import models as dashboard_models
+from naiad.service.dashboard import process as process_figures
+from naiad.service.dashboard import residency_summary
+from naiad.service.watch import Watcher
 
 # What GET /v2 advertises: only what works, in Triton's order. CUDA shared memory is left out: naiad has no CUDA
 # path (its endpoints answer as a Triton without a GPU does, so clients' cleanup calls still succeed).
@@ -61,21 +73,23 @@ class Service:
         self.log_settings = LogSettings()
         self.tracer = Tracer()  # --trace-config; the trace extension changes it
         self.shared_memory = SharedMemoryRegistry()  # regions clients registered, for every front end
+        self._watcher: Watcher | None = None  # samples per-second figures while a dashboard polls
 
     # --- inference ----------------------------------------------------------------------------------------------
 
-    def model(self, name: str, version: str = "") -> ModelVersion:
-        """The model version that would serve a request; front ends resolve it before decoding, as Triton does."""
+    def model(self, name: str, version: str = "") -> ModelView:
+        """What a front end needs to know of the version that would serve a request (it resolves it before
+        decoding, as Triton does); passed back to ``infer`` / ``stream`` to queue the request there."""
         self._check_created()
-        return self.repository.get(name, version)
+        return self.repository.get(name, version).view
 
-    def infer(self, request: InferRequest, model: ModelVersion | None = None) -> "asyncio.Future[InferResponse]":
+    def infer(self, request: InferRequest, view: ModelView | None = None) -> "asyncio.Future[InferResponse]":
         """Queue a request. Raises ``InferError`` for a request that can't be queued. A decoupled model
         answers only through ``stream``."""
         if not self.accepting:
             raise unavailable("Server is not ready to accept requests (shutting down)")
-        if model is None:
-            model = self.repository.get(request.model_name, request.model_version)
+        model: ModelVersion = (self.repository.get(request.model_name, request.model_version) if view is None
+                               else view.handle)
         if model.decoupled:
             raise InferError(f"model '{model.name}' uses the decoupled transaction policy: its responses can only be "
                              "streamed (gRPC ModelStreamInfer, HTTP generate_stream, BLS exec(decoupled=True))",
@@ -102,15 +116,15 @@ class Service:
             future.add_done_callback(lambda _: trace.end())
         return future
 
-    async def stream(self, request: InferRequest, model: ModelVersion | None = None) -> AsyncIterator[InferResponse]:
+    async def stream(self, request: InferRequest, view: ModelView | None = None) -> AsyncIterator[InferResponse]:
         """Responses of one request as they come; the last has ``final`` set. Streaming front ends (gRPC
         ModelStreamInfer, HTTP generate_stream) use this; a non-decoupled model yields exactly one response,
         a decoupled one zero or more and then a final one (which may carry no outputs). Closing the iterator
         early tells the model the client went away."""
-        if model is None:
-            model = self.repository.get(request.model_name, request.model_version)
+        model: ModelVersion = (self.repository.get(request.model_name, request.model_version) if view is None
+                               else view.handle)
         if not model.decoupled:
-            yield await self.infer(request, model)
+            yield await self.infer(request, model.view)
             return
         if not self.accepting:
             raise unavailable("Server is not ready to accept requests (shutting down)")
@@ -212,7 +226,16 @@ class Service:
         }
 
     def model_config(self, name: str, version: str = "") -> dict[str, Any]:
-        return self.model(name, version).config_dict
+        """The configuration as Triton's JSON (HTTP)."""
+        self._check_created()
+        return self.repository.get(name, version).config_dict
+
+    def model_config_message(self, name: str, version: str = "") -> ModelConfig:
+        """The configuration as its protobuf message (gRPC); a copy, which the caller may keep."""
+        self._check_created()
+        config = ModelConfig()
+        config.CopyFrom(self.repository.get(name, version).config)
+        return config
 
     def model_statistics(self, name: str = "", version: str = "") -> dict[str, Any]:
         self._check_created()
@@ -251,3 +274,143 @@ class Service:
         self._check_created()
         await self.control.unload(name, unload_dependents)
 
+
+    @property
+    def control_mode(self) -> str:
+        """``none``, ``poll`` or ``explicit`` (--model-control-mode)."""
+        return self.control.mode
+
+    # --- statistics, as the metrics page reads them -------------------------------------------------------------
+
+    def model_metrics(self, quantiles: list[float] | None = None) -> list[dict[str, Any]]:
+        """Every loaded version's counters, in name and version order: what ``nv_inference_*`` reports. With
+        ``quantiles``, the summarized durations too (``summaries``: key -> (count, total ns, [ns per quantile]))."""
+        rows = []
+        for name in sorted(self.repository.models):
+            for version, model in sorted(self.repository.models[name].versions.items()):
+                s = model.stats
+                row: dict[str, Any] = {
+                    "model": name, "version": str(version),
+                    "success": s.success.count, "inferences": s.inference_count, "executions": s.execution_count,
+                    "success_ns": s.success.ns, "queue_ns": s.queue.ns, "compute_input_ns": s.compute_input.ns,
+                    "compute_infer_ns": s.compute_infer.ns, "compute_output_ns": s.compute_output.ns,
+                    "fail_reasons": dict(s.fail_reasons), "pending": model.scheduler.pending,
+                    "load_seconds": model.load_seconds,
+                }
+                if quantiles is not None:
+                    row["summaries"] = {
+                        key: (duration.window.count, duration.window.total_ns, duration.window.quantiles(quantiles))
+                        for key, duration in s.durations.items() if duration.window is not None}
+                rows.append(row)
+        return rows
+
+    # --- SageMaker's residency: thin delegations, so its internals may change underneath ------------------------
+
+    @property
+    def sagemaker(self) -> bool:
+        """Whether SageMaker's residency is served (the multi-model API and the runtime front door need it)."""
+        return self.residency is not None
+
+    def _residency(self) -> Residency:
+        if self.residency is None:
+            raise unavailable("SageMaker is not served")
+        return self.residency
+
+    def sagemaker_models(self) -> list[dict[str, Any]]:
+        """The models the multi-model API loaded, in load order: key, url, target (the served name), ready."""
+        return [{"key": r.key, "url": r.url, "target": r.target, "ready": self.repository.is_ready(r.target)}
+                for r in self._residency().models.values()]
+
+    def sagemaker_model(self, key: str) -> dict[str, Any] | None:
+        """One of them by key (None: not loaded)."""
+        r = self._residency().get(key)
+        return None if r is None else {"key": r.key, "url": r.url, "target": r.target}
+
+    async def sagemaker_load(self, key: str, url: str, target: str) -> None:
+        """Register ``url``'s repository under ``key`` and load ``target`` from it (raises ``UrlRefused`` or
+        ``InferError``)."""
+        await self._residency().load(key, url, target)
+
+    async def sagemaker_unload(self, key: str) -> None:
+        await self._residency().unload(key)
+
+    def sagemaker_touch(self, name: str) -> bool:
+        """An invocation of ``name``: mark it used now (False: no resident model has that name)."""
+        return self._residency().touch(name)
+
+    def sagemaker_hit(self, target: str) -> bool:
+        """Whether ``target`` is loaded and ready (counted as a cache hit, and marked used)."""
+        return self._residency().hit(target)
+
+    async def sagemaker_ensure(self, target: str) -> None:
+        """Make ``target`` served, downloading and loading its archive on a miss (raises ``ArchiveError`` or
+        ``InferError``)."""
+        await self._residency().ensure(target)
+
+    def sagemaker_stats(self) -> ResidencyStats:
+        """The endpoint's counters (CloudWatch's): plain numbers the SageMaker front end adds its invocations to."""
+        return self._residency().stats
+
+    def sagemaker_models_root(self) -> Path:
+        """Where the multi-model layout lives (``<root>/<key>/model``)."""
+        return self._residency().models_root
+
+    def sagemaker_metrics(self) -> dict[str, Any]:
+        """The residency's figures for the metrics page, each loaded model measured again now."""
+        residency = self._residency()
+        residency.refresh()
+        return {"stats": residency.stats, "loaded": len(residency.models),
+                "memory": [(r.target, r.memory) for r in residency.models.values()],
+                "used": residency.used(), "limit": residency.memory_limit}
+
+    # --- trace and log settings ---------------------------------------------------------------------------------
+
+    def trace_settings(self, model: str = "") -> dict[str, Any]:
+        return self.tracer.settings(model)
+
+    def update_trace_settings(self, model: str, changes: dict[str, Any]) -> None:
+        """``changes`` as ``core.settings.trace_changes`` reads them; a None value clears a model's own."""
+        self.tracer.update(model, changes)
+
+    def log_settings_values(self) -> dict[str, Any]:
+        return self.log_settings.as_dict()
+
+    def update_log_settings(self, changes: dict[str, Any]) -> None:
+        """``changes`` as ``core.settings.log_changes`` reads them."""
+        self.log_settings.update(**changes)
+
+    # --- the dashboard's feed -----------------------------------------------------------------------------------
+
+    def dashboard_feed(self, port: str) -> dict[str, Any]:
+        """The dashboard's document, and a sign a page is watching: per-second figures are sampled while
+        feeds are asked for. ``port``: "http" or "sagemaker", which decides the page's buttons (each calls that
+        port's own routes)."""
+        if self._watcher is None:
+            self._watcher = Watcher(self.repository)
+        watcher = self._watcher
+        watcher.touch()
+        mode = self.control.mode
+        server: dict[str, Any] = {
+            "id": self.server_id, "version": naiad.__version__, "live": self.live, "ready": self.is_ready(),
+            **process_figures(), "control_mode": mode, "port": port, "in_flight": self.in_flight,
+            "sampling": watcher.watching,
+        }
+        if self.failure is not None:
+            server["failure"] = self.failure.message
+        try:
+            index = self.repository_index()
+        except InferError:  # the server could not be created: nothing to list
+            index = []
+        return {
+            "time": time.time(),
+            "server": server,
+            "actions": {
+                # KServe's repository extension loads and unloads only in explicit mode, and only the HTTP port
+                # has it.
+                "repository": port == "http" and mode == "explicit",
+                # SageMaker's DELETE /models/<key>, on the SageMaker port.
+                "residents": port == "sagemaker" and self.residency is not None,
+            },
+            "models": dashboard_models(self.repository, index, watcher),
+            "mme": residency_summary(self.repository, self.residency),
+        }

@@ -1,6 +1,7 @@
-"""The dashboard's JSON feed: the service's state as one document the page redraws from.
+"""The dashboard's JSON feed: the service's state as one document the page redraws from (``Service.dashboard_feed``
+assembles it; the dashboard's routes only serve it).
 
-Everything here is read from the service and the objects it already holds: the repository index (states and
+Everything here is read from the objects the service holds: the repository index (states and
 failure reasons), each version's ``ModelStats`` (totals) and the watcher's per-second figures, each version's
 instances, and SageMaker's residency in multi-model mode. Built at most twice a second however many pages poll.
 """
@@ -13,64 +14,28 @@ from typing import Any
 
 import psutil
 
-import naiad
-from naiad.core.errors import InferError
-from naiad.frontends.dashboard.watch import Series, Watcher
+from naiad.repository.manager import ModelRepository
 from naiad.repository.model import ModelVersion
-from naiad.service import Service
+from naiad.repository.residency import Residency
+from naiad.service.watch import Series, Watcher
 
 
-def snapshot(service: Service, watcher: Watcher, port: str) -> dict[str, Any]:
-    """``port``: "http" or "sagemaker", which decides the page's buttons (each calls that port's own routes)."""
-    mode = service.control.mode
-    document: dict[str, Any] = {
-        "time": time.time(),
-        "server": _server(service, mode, port, watcher),
-        "actions": {
-            # KServe's repository extension loads and unloads only in explicit mode, and only the HTTP port has it.
-            "repository": port == "http" and mode == "explicit",
-            # SageMaker's DELETE /models/<key>, on the SageMaker port.
-            "residents": port == "sagemaker" and service.residency is not None,
-        },
-        "models": _models(service, watcher),
-        "mme": _residency(service),
-    }
-    return document
-
-
-def _server(service: Service, mode: str, port: str, watcher: Watcher) -> dict[str, Any]:
+def process() -> dict[str, Any]:
+    """The serving process's own figures."""
     me = psutil.Process()
-    server: dict[str, Any] = {
-        "id": service.server_id,
-        "version": naiad.__version__,
-        "live": service.live,
-        "ready": service.is_ready(),
-        "pid": me.pid,
-        "rss": me.memory_info().rss,
-        "uptime_s": round(time.time() - me.create_time(), 1),
-        "control_mode": mode,
-        "port": port,
-        "in_flight": service.in_flight,
-        "sampling": watcher.watching,
-    }
-    if service.failure is not None:
-        server["failure"] = service.failure.message
-    return server
+    return {"pid": me.pid, "rss": me.memory_info().rss, "uptime_s": round(time.time() - me.create_time(), 1)}
 
 
-def _models(service: Service, watcher: Watcher) -> list[dict[str, Any]]:
-    try:
-        index = service.repository_index()
-    except InferError:  # the server could not be created: nothing to list
-        return []
-    models = service.repository.models
+def models(repository: ModelRepository, index: list[dict[str, str]], watcher: Watcher) -> list[dict[str, Any]]:
+    """One row per index entry; a loaded version's carries its platform, statistics and instances."""
+    loaded = repository.models
     server_pid = os.getpid()
     rows = []
     for entry in index:
         name, version = entry["name"], entry.get("version", "")
         row: dict[str, Any] = {"name": name, "version": version, "state": entry.get("state", ""),
                                "reason": entry.get("reason", "")}
-        model = models[name].versions.get(int(version)) if version and name in models else None
+        model = loaded[name].versions.get(int(version)) if version and name in loaded else None
         if model is not None:
             row["platform"] = model.platform
             row["ready"] = model.ready
@@ -127,9 +92,9 @@ def _rss(pid: int | None) -> int | None:
         return None  # gone (restarting)
 
 
-def _residency(service: Service) -> dict[str, Any] | None:
-    residency = service.residency
-    if residency is None or not _multi_model(service):
+def residency_summary(repository: ModelRepository, residency: Residency | None) -> dict[str, Any] | None:
+    """SageMaker's multi-model residency, once in use (None before, and without SageMaker)."""
+    if residency is None or not _multi_model(residency):
         return None
     stats = residency.stats
     now = time.monotonic()
@@ -138,7 +103,7 @@ def _residency(service: Service) -> dict[str, Any] | None:
         # As measured at each load and before each eviction: the figure evictions are decided on.
         "used": residency.used(),
         "models": [{"key": r.key, "model": r.target, "memory": r.memory, "idle_s": round(now - r.last_used, 1),
-                    "url": r.url, "ready": service.repository.is_ready(r.target)}
+                    "url": r.url, "ready": repository.is_ready(r.target)}
                    for r in sorted(residency.models.values(), key=lambda r: r.target)],
         "cache_hits": stats.cache_hits,
         "cache_misses": stats.cache_misses,
@@ -149,9 +114,7 @@ def _residency(service: Service) -> dict[str, Any] | None:
     }
 
 
-def _multi_model(service: Service) -> bool:
+def _multi_model(residency: Residency) -> bool:
     """A multi-model endpoint in use: shown once it has a memory limit, a model data url, or any load."""
-    residency = service.residency
-    assert residency is not None
     return bool(residency.models or residency.memory_limit is not None or residency.fetch is not None
                 or residency.stats.loading.count or residency.stats.cache_misses)
