@@ -440,7 +440,7 @@ def test_help_lists_every_environment_variable_read(capsys: pytest.CaptureFixtur
     sources = [ROOT / "naiad" / "sagemaker_serve.py", ROOT / "naiad" / "frontends" / "sagemaker" / "options.py"]
     read = {name for path in sources for name in re.findall(r"SAGEMAKER_[A-Z_]*[A-Z]", path.read_text())}
     read -= {"SAGEMAKER_TRITON_LOG"}  # the prefix of SAGEMAKER_TRITON_LOG_{level}
-    assert sagemaker_serve.main(["serve", "--help"]) == 0
+    assert sagemaker_serve.main(["serve", "--help"], lambda _: 1) == 0
     shown = capsys.readouterr().out
     for level in ("INFO", "WARNING", "ERROR"):  # read as SAGEMAKER_TRITON_LOG_{level}
         assert f"_{level}" in shown
