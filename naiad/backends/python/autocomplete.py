@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import ast
 import json
+import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -79,6 +80,8 @@ def complete(module: ModuleType, config: dict[str, Any], name: str) -> dict[str,
 
 
 def main() -> None:
+    for signum in (signal.SIGINT, signal.SIGTERM):  # the server decides, as for the workers (worker.py)
+        signal.signal(signum, lambda *_: None)
     job = json.loads(sys.stdin.read())
     sys.modules.setdefault("triton_python_backend_utils", pb_utils)
     try:

@@ -404,6 +404,9 @@ class WorkerProcess:
                 try:
                     self.ready = False
                     await loop.run_in_executor(None, spawn)
+                    if self.closing:  # unloaded, or the server stopping, while it started: not wanted any more
+                        self.abort()
+                        break
                     self.attach(loop)
                     self.restarts += 1
                     ok = True
@@ -416,6 +419,11 @@ class WorkerProcess:
                     self.ready = False
                     await asyncio.sleep(delay)
                     delay *= 2
+                except (OSError, ValueError):
+                    if not self.closing:
+                        raise
+                    self.abort()  # its channel was closed under it by the unload
+                    break
             self._restarting = False
             if self._restarted is not None and not self._restarted.done():
                 self._restarted.set_result(ok)
