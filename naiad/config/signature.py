@@ -18,7 +18,7 @@ from naiad.core.datatypes import (
     numpy_to_wire,
     wildcard_count,
 )
-from naiad.core.errors import invalid
+from naiad.core.errors import InferError, invalid
 from naiad.core.request import InferRequest, log_prefix as _log
 
 
@@ -51,6 +51,12 @@ class Signature:
         self.reshaped_outputs = frozenset(n for n, s in self.outputs.items() if s.reshape is not None)
         self.required_count = sum(1 for s in self.inputs.values() if not s.optional)
 
+    def unexpected_input(self, input_name: str) -> InferError:
+        """Triton's words, which clients match, then the inputs the model does take."""
+        expected = ", ".join(f"'{n}'" for n in self.inputs) or "none"
+        return invalid(f"unexpected inference input '{input_name}' for model '{self.model_name}' "
+                       f"(the model's inputs: {expected})")
+
     def check(self, request: InferRequest) -> None:
         """Raise Triton's INVALID_ARG for a request this model can't take; set ``batch_size``; apply reshapes."""
         name = self.model_name
@@ -72,7 +78,7 @@ class Signature:
             for input_name, array in order:
                 spec = specs.get(input_name)
                 if spec is None:
-                    raise invalid(f"unexpected inference input '{input_name}' for model '{name}'")
+                    raise self.unexpected_input(input_name)
                 if spec.is_shape_tensor:
                     continue
                 if array.ndim == 0:
@@ -103,7 +109,7 @@ class Signature:
         for input_name, array in order:
             spec = specs.get(input_name)
             if spec is None:
-                raise invalid(f"unexpected inference input '{input_name}' for model '{name}'")
+                raise self.unexpected_input(input_name)
             datatype = numpy_to_wire(array.dtype)
             if datatype != spec.datatype:
                 raise invalid(

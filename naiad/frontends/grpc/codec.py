@@ -97,7 +97,7 @@ def decode_request(message: pb.ModelInferRequest, model: ModelVersion,
         if dtype is None:
             spec = model.signature.inputs.get(name)
             if spec is None:
-                raise invalid(f"unexpected inference input '{name}' for model '{model_name}'")
+                raise model.signature.unexpected_input(name)
             raise invalid(f"{log_prefix(request)}inference input '{name}' data-type is '<invalid>', but model "
                           f"'{model_name}' expects '{spec.datatype}'")
         if name in inputs:
