@@ -15,6 +15,7 @@ import psutil
 
 import naiad
 from naiad.core.errors import InferError
+from naiad.core.stats import ModelStats
 from naiad.frontends.dashboard.watch import Series, Watcher
 from naiad.repository.model import ModelVersion
 from naiad.service import Service
@@ -86,7 +87,8 @@ def _stats(model: ModelVersion, series: Series | None) -> dict[str, Any]:
     figures: dict[str, Any] = {
         "success": stats.success.count,
         "failed": stats.fail.count,
-        "fail_reasons": {k: v for k, v in stats.fail_reasons.items() if v},
+        "fail_reasons": _reasons(stats),
+        "last_refusal": stats.last_refusal,
         "inferences": stats.inference_count,
         "executions": stats.execution_count,
     }
@@ -95,6 +97,16 @@ def _stats(model: ModelVersion, series: Series | None) -> dict[str, Any]:
                        p99_ms=_ms(series.p99_ms), queue_ms=_ms(series.queue_ms), compute_ms=_ms(series.compute_ms),
                        history=list(series.history))
     return figures
+
+
+def _reasons(stats: ModelStats) -> dict[str, int]:
+    """Triton's failure reasons, with the requests the model refused (a wrong input name, shape or datatype)
+    told apart from the rest of OTHER."""
+    reasons = dict(stats.fail_reasons)
+    if stats.refused:
+        reasons["OTHER"] -= stats.refused
+        reasons["refused"] = stats.refused
+    return {k: v for k, v in reasons.items() if v}
 
 
 def _ms(value: float | None) -> float | None:
