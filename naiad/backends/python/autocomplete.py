@@ -48,7 +48,8 @@ def run_isolated(python: str, env: dict[str, str], model_file: Path, name: str,
     job = json.dumps({"model_file": str(model_file), "name": name, "config": config})
     try:
         done = subprocess.run([python, "-m", "naiad.backends.python.autocomplete"], input=job, check=False, env=env,
-                              capture_output=True, text=True, cwd=str(model_file.parent), timeout=300)
+                              capture_output=True, text=True, cwd=str(model_file.parent), timeout=300,
+                              start_new_session=True)  # as the workers: the server's signals aren't its
     except (OSError, subprocess.TimeoutExpired) as exc:
         raise internal(f"auto_complete_config of model '{name}' could not run: {exc}") from None
     lines = done.stdout.strip().splitlines()

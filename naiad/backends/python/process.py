@@ -116,6 +116,10 @@ class WorkerProcess:
                 [spec.python, "-m", "naiad.backends.python.worker", str(child.fileno())],
                 pass_fds=(child.fileno(),) + ((self._progress,) if self._progress >= 0 else ()), env=env,
                 cwd=str(Path(spec.model_file).parent),
+                # Its own session: Ctrl-C in the terminal and a signal to the server's process group reach the
+                # server only, which drives the worker's end (finalize, then exit); PR_SET_PDEATHSIG (worker.py)
+                # ends it if the server dies.
+                start_new_session=True,
             )
         except OSError as exc:
             parent.close()
