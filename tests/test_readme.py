@@ -109,3 +109,12 @@ def test_the_readme_examples_make_the_folders_they_serve() -> None:
         command = block.replace("\\\n", " ")
         for folder in re.findall(r"--model-repository (/tmp/\S+)", command):
             assert re.search(rf"mkdir -p [^\n]*{re.escape(folder)}(\s|$)", command), command
+
+
+def test_the_fast_subset_the_readme_gives() -> None:
+    """`-m "not slow"` as the README says: the marker exists, and each path conftest marks slow still exists."""
+    from tests.conftest import SLOW
+
+    assert 'python -m pytest -q -m "not slow"' in README.read_text()
+    for path in SLOW:
+        assert (ROOT / path).exists(), f"tests/conftest.py marks {path} slow, which no longer exists"
