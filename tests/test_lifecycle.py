@@ -139,3 +139,37 @@ def test_signal_to_the_process_group_while_models_load(tmp_path: Path) -> None:
     assert code == 0, log
     assert marker.read_text() == "finalized\n", log
     assert "Traceback" not in log, log
+
+
+DIES_PY = """
+    import os, time
+    import triton_python_backend_utils as pb_utils
+
+    class TritonPythonModel:
+        def initialize(self, args):
+            marker = os.environ["NAIAD_TEST_MARKER"]
+            if os.path.exists(marker):
+                time.sleep(1.0)  # the replacement: slow to start, so that the server stops meanwhile
+            open(marker, "a").close()
+
+        def execute(self, requests):
+            os._exit(3)
+"""
+
+
+def test_stop_while_a_dead_worker_restarts(tmp_path: Path) -> None:
+    """A worker dies and the server stops while its replacement starts: the replacement is abandoned cleanly (it
+    used to be attached after the unload had closed its channel: an `Invalid file descriptor: -1` traceback)."""
+    write_model(tmp_path / "repo", "dies", CONFIG.replace('"slow"', '"dies"'), DIES_PY)
+    server = RunningServer([tmp_path / "repo"], env={"NAIAD_TEST_MARKER": str(tmp_path / "started")})
+    body = json.dumps({"inputs": [{"name": "INPUT0", "shape": [1], "datatype": "FP32", "data": [1.0]}]})
+    status, _, _ = server.request("POST", "/v2/models/dies/infer", body)
+    assert status == 500
+    time.sleep(0.4)
+    server.proc.send_signal(signal.SIGTERM)  # the replacement is inside initialize() now
+    assert server.proc.wait(30) == 0
+    time.sleep(0.5)  # (a replacement left behind would log its failure now)
+    log = server.log()
+    server.stop()
+    assert "restarting it" in log, log
+    assert "Traceback" not in log and "Invalid file descriptor" not in log, log

@@ -300,6 +300,11 @@ class WorkerProcess:
             ch = self.ch
             if ch is None or self.proc is None:
                 return False
+            if self._restarting:
+                # A replacement still starting: its channel is the starter's until it is ready, and its
+                # initialize() hasn't returned, so there is no finalize() to run; stop() kills it.
+                self._finalize_sent = False
+                return False
             self.router.detach()
             self.router.flush()
             try:
