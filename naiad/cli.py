@@ -311,9 +311,13 @@ def main(argv: list[str] | None = None) -> int:
         from naiad.bench.cli import main as bench_main
 
         return bench_main(argv[1:])
-    args = build_parser().parse_args(argv)
-    if args.command == "serve":
-        return serve(args)
+    try:
+        args = build_parser().parse_args(argv)
+        if args.command == "serve":
+            return serve(args)
+    except KeyboardInterrupt:
+        # Ctrl-C before the server's own handler is set (while it imports): stop without a traceback.
+        return 130
     if args.command == "bench":
         from naiad.bench.cli import run as bench
 

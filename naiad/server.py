@@ -173,6 +173,8 @@ class Server:
             await self._listen("HTTP", router, self.options.http_address, self.options.http_port,
                                self.options.reuse_http_port, protocol, admission["HTTP"])
             log.info("Started HTTPService at %s:%d", self.options.http_address, self.options.http_port)
+            if self.options.http.dashboard:
+                log.info("Dashboard at %s", _dashboard_url(self.options.http_address, self.options.http_port))
         if self.options.sagemaker.enabled:
             from naiad.frontends.sagemaker.routes import SageMakerRouter
 
@@ -184,6 +186,8 @@ class Server:
             await self._listen("Sagemaker", sagemaker_router, sagemaker.address, sagemaker.port,
                                gate=admission["Sagemaker"])
             log.info("Started Sagemaker HTTPService at %s:%d", sagemaker.address, sagemaker.port)
+            if not self.options.allow_http and self.options.http.dashboard:
+                log.info("Dashboard at %s", _dashboard_url(sagemaker.address, sagemaker.port))
         if self.options.grpc.enabled:
             from naiad.frontends.grpc import (
                 server as grpc_server,  # grpc loads only when it is served
@@ -307,6 +311,12 @@ class Server:
         self.service.shared_memory.close()  # unmap what clients left registered
         self.service.tracer.close()  # the traces still held, and the trace file's closing bracket
         log.info("All models are stopped, unloading models")
+
+
+def _dashboard_url(address: str, port: int) -> str:
+    """Where a browser on this machine opens the dashboard (a wildcard address listens on loopback too)."""
+    host = "localhost" if address in ("", "0.0.0.0", "::") else f"[{address}]" if ":" in address else address
+    return f"http://{host}:{port}/dashboard"
 
 
 def _bind_error(name: str, address: str, port: int, exc: OSError) -> str:

@@ -32,3 +32,21 @@ def s3_server() -> Iterator[S3Server]:
     server = S3Server()
     yield server
     server.stop()
+
+
+# The heaviest tests, marked `slow` here (one place, by path) rather than in each file: `python -m pytest -m "not
+# slow"` leaves them out. Measured on a shared 2-core machine: tests/ray ~150 s in all (each starts Ray Serve),
+# recommend's live sweep ~27 s, the trace-memory soak ~20 s, the load/unload cycles ~12 s, the browser test ~12 s.
+SLOW = ("tests/ray/", "tests/recommend/test_recommend_live.py", "tests/reliability/test_trace_memory.py",
+        "tests/reliability/test_load_cycles.py", "tests/frontends/dashboard/test_browser.py")
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    config.addinivalue_line("markers", "slow: one of the heaviest tests (tests/conftest.py's SLOW); -m 'not slow' "
+                                       "leaves them out")
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    for item in items:
+        if item.nodeid.startswith(SLOW):
+            item.add_marker(pytest.mark.slow)

@@ -18,7 +18,7 @@ from naiad.core.datatypes import (
     numpy_to_wire,
     wildcard_count,
 )
-from naiad.core.errors import invalid
+from naiad.core.errors import InferError, invalid, unexpected_input
 from naiad.core.request import InferRequest, log_prefix as _log
 
 
@@ -51,6 +51,10 @@ class Signature:
         self.reshaped_outputs = frozenset(n for n, s in self.outputs.items() if s.reshape is not None)
         self.required_count = sum(1 for s in self.inputs.values() if not s.optional)
 
+    def unexpected_input(self, input_name: str) -> InferError:
+        """Triton's words, which clients match, then the inputs the model does take."""
+        return unexpected_input(input_name, self.model_name, self.inputs)
+
     def check(self, request: InferRequest) -> None:
         """Raise Triton's INVALID_ARG for a request this model can't take; set ``batch_size``; apply reshapes."""
         name = self.model_name
@@ -72,7 +76,7 @@ class Signature:
             for input_name, array in order:
                 spec = specs.get(input_name)
                 if spec is None:
-                    raise invalid(f"unexpected inference input '{input_name}' for model '{name}'")
+                    raise self.unexpected_input(input_name)
                 if spec.is_shape_tensor:
                     continue
                 if array.ndim == 0:
@@ -103,7 +107,7 @@ class Signature:
         for input_name, array in order:
             spec = specs.get(input_name)
             if spec is None:
-                raise invalid(f"unexpected inference input '{input_name}' for model '{name}'")
+                raise self.unexpected_input(input_name)
             datatype = numpy_to_wire(array.dtype)
             if datatype != spec.datatype:
                 raise invalid(

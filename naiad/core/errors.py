@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import enum
+from collections.abc import Iterable
 
 
 class Code(enum.Enum):
@@ -72,3 +73,9 @@ def unavailable(message: str) -> InferError:
 
 def internal(message: str) -> InferError:
     return InferError(message, Code.INTERNAL)
+
+
+def unexpected_input(name: str, model_name: str, inputs: Iterable[str]) -> InferError:
+    """Triton's words for an input the model doesn't take, which clients match, then the inputs it does take."""
+    expected = ", ".join(f"'{n}'" for n in inputs) or "none"
+    return invalid(f"unexpected inference input '{name}' for model '{model_name}' (the model's inputs: {expected})")

@@ -79,7 +79,7 @@ class ModelStats:
 
     __slots__ = ("inference_count", "execution_count", "last_inference_ms", "durations", "batch", "success", "fail",
                  "queue", "compute_input", "compute_infer", "compute_output", "cache_hit", "cache_miss",
-                 "fail_reasons")
+                 "fail_reasons", "refused", "last_refusal")
 
     def __init__(self) -> None:
         self.inference_count = 0
@@ -98,6 +98,10 @@ class ModelStats:
         # Why requests failed, as the failure metric's "reason" label: every fail.add goes through
         # record_failure, so the reasons sum to fail.count.
         self.fail_reasons: dict[str, int] = dict.fromkeys(FAILURE_REASONS, 0)
+        # Of the OTHER failures, the requests the model's signature refused (a wrong input name, shape, datatype),
+        # and the last one's message: the dashboard's reason for them.
+        self.refused = 0
+        self.last_refusal = ""
         # batch size -> [compute_input, compute_infer, compute_output] durations
         self.batch: dict[int, tuple[Duration, Duration, Duration]] = {}
 
@@ -106,6 +110,12 @@ class ModelStats:
         out), CANCELED, BACKEND (the execution failed) or OTHER."""
         self.fail.add(ns)
         self.fail_reasons[reason] += 1
+
+    def record_refusal(self, ns: int, message: str) -> None:
+        """A request refused before it reached the model (the signature check): a failure, reason OTHER."""
+        self.record_failure(ns, "OTHER")
+        self.refused += 1
+        self.last_refusal = message
 
     def record_execution(self, batch_size: int, input_ns: int, infer_ns: int, output_ns: int,
                          failed: bool = False, inferences: int | None = None) -> None:

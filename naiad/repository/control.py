@@ -37,8 +37,15 @@ log = logging.getLogger("naiad.repository")
 MODES = ("none", "explicit", "poll")
 
 
-def _poll_failed(name: str) -> InferError:
-    return internal(f"failed to load '{name}', failed to poll from model repository")
+def _poll_failed(name: str, why: str = "") -> InferError:
+    # Triton's words, which clients match; what to do about it after them.
+    return internal(f"failed to load '{name}', failed to poll from model repository{f' ({why})' if why else ''}")
+
+
+def _not_one_folder(name: str, paths: list[Path], roots: list[Path]) -> str:
+    if paths:
+        return f"a folder '{name}' is in several model repositories: {', '.join(str(p.parent) for p in paths)}"
+    return f"no model folder '{name}' in the model repository {', '.join(str(r) for r in roots)}"
 
 
 def _load_failed(entry: ModelEntry) -> InferError:
@@ -259,7 +266,7 @@ class ModelControl:
             raise _poll_failed(name)  # Triton takes files only along with the config they belong to
         paths = self.repository.scan().get(name, [])
         if not files and len(paths) != 1:
-            raise _poll_failed(name)
+            raise _poll_failed(name, _not_one_folder(name, paths, self.repository.options.paths))
         current = self.repository.models.get(name)
         fingerprint = _fingerprint(paths) if override is None else None
         if (fingerprint is not None and current is not None and current.versions

@@ -416,7 +416,11 @@ class ModelRepository:
         if not version:
             model = entry.latest()
             if model is None:
-                raise not_found(f"Request for unknown model: '{name}' has no available versions")
+                # Triton's words, which clients match; then why, when a load failed.
+                why = "; ".join(f"version {v} failed to load: {r}" for v, r in sorted(entry.failed.items()))
+                why = why or (f"it failed to load: {entry.reason}" if entry.reason else "")
+                raise not_found(f"Request for unknown model: '{name}' has no available versions"
+                                + (f" ({why})" if why else ""))
             return model
         try:
             number = int(version)

@@ -101,8 +101,14 @@ class ModelVersion:
         carries an error); the responses themselves go to ``request.responder``. Cancelling the future
         tells the model the client went away."""
         request.arrival_ns = time.perf_counter_ns()
-        # A request rejected here never reached the model: Triton leaves it out of the statistics.
-        self.signature.check(request)
+        try:
+            self.signature.check(request)
+        except InferError as exc:
+            # Never reached the model, but a client's request failed: counted (reason OTHER, as Triton's core
+            # counts its own refusals), so the statistics, the metrics and the dashboard show it. Triton 2.51 leaves
+            # these out of the statistics entirely.
+            self.stats.record_refusal(time.perf_counter_ns() - request.arrival_ns, exc.message)
+            raise
         future: asyncio.Future[InferResponse] = asyncio.get_running_loop().create_future()
         request.model_version = self.version_str
         if self.cache is not None and self._cached(request, future):

@@ -14,6 +14,7 @@ from typing import Any
 
 import psutil
 
+from naiad.core.stats import ModelStats
 from naiad.repository.manager import ModelRepository
 from naiad.repository.model import ModelVersion
 from naiad.repository.residency import Residency
@@ -51,7 +52,8 @@ def _stats(model: ModelVersion, series: Series | None) -> dict[str, Any]:
     figures: dict[str, Any] = {
         "success": stats.success.count,
         "failed": stats.fail.count,
-        "fail_reasons": {k: v for k, v in stats.fail_reasons.items() if v},
+        "fail_reasons": _reasons(stats),
+        "last_refusal": stats.last_refusal,
         "inferences": stats.inference_count,
         "executions": stats.execution_count,
     }
@@ -60,6 +62,16 @@ def _stats(model: ModelVersion, series: Series | None) -> dict[str, Any]:
                        p99_ms=_ms(series.p99_ms), queue_ms=_ms(series.queue_ms), compute_ms=_ms(series.compute_ms),
                        history=list(series.history))
     return figures
+
+
+def _reasons(stats: ModelStats) -> dict[str, int]:
+    """Triton's failure reasons, with the requests the model refused (a wrong input name, shape or datatype)
+    told apart from the rest of OTHER."""
+    reasons = dict(stats.fail_reasons)
+    if stats.refused:
+        reasons["OTHER"] -= stats.refused
+        reasons["refused"] = stats.refused
+    return {k: v for k, v in reasons.items() if v}
 
 
 def _ms(value: float | None) -> float | None:

@@ -61,6 +61,11 @@ def test_good_model_serves_beside_broken_ones(lenient: RunningServer) -> None:
 def test_broken_model_endpoints(lenient: RunningServer) -> None:
     status, _, body = lenient.request("GET", "/v2/models/initialize_raises")
     assert status == 404 and b"has no available versions" in body
+    # Triton's words first (clients match them), then why: the reason the load failed.
+    error = json.loads(body)["error"]
+    assert error.startswith("Request for unknown model: 'initialize_raises' has no available versions (version 1 "
+                            "failed to load: "), error
+    assert EXPECTED_REASONS["initialize_raises"] in error
     status, _, _ = lenient.request("GET", "/v2/models/initialize_raises/ready")
     assert status == 400
     status, _, body = lenient.request("POST", "/v2/models/dims_zero/infer", "{}")

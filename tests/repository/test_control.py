@@ -169,11 +169,13 @@ def test_startup_loads_only_the_listed_models(server: RunningServer, http: httpc
 
 def test_unknown_or_unparsable_models_fail_to_load_as_in_triton(http: httpclient.InferenceServerClient,
                                                                 grpc: grpcclient.InferenceServerClient,
-                                                                server: RunningServer) -> None:
+                                                                server: RunningServer, repo: Path) -> None:
     with pytest.raises(InferenceServerException) as err:
         http.load_model("nosuch")
     assert err.value.status() == "500"
-    assert err.value.message() == "failed to load 'nosuch', failed to poll from model repository"
+    # Triton's words, then where naiad looked.
+    assert err.value.message() == ("failed to load 'nosuch', failed to poll from model repository (no model folder "
+                                   f"'nosuch' in the model repository {repo})")
     with pytest.raises(InferenceServerException) as err:
         grpc.load_model("broken")
     assert err.value.status() == "StatusCode.INTERNAL"
@@ -307,7 +309,7 @@ def test_loading_an_ensemble_loads_its_models_and_unload_dependents(http: httpcl
     wait_for(lambda: index(http)["ens/1"].get("reason") == "unloaded")
 
 
-def test_python_model_loads_and_unloads_another(http: httpclient.InferenceServerClient) -> None:
+def test_python_model_loads_and_unloads_another(http: httpclient.InferenceServerClient, repo: Path) -> None:
     def command(**doc: str) -> str:
         tensor = httpclient.InferInput("COMMAND", [1], "BYTES")
         tensor.set_data_from_numpy(np.array([json.dumps(doc).encode()], dtype=np.object_))
@@ -322,7 +324,8 @@ def test_python_model_loads_and_unloads_another(http: httpclient.InferenceServer
     # python_backend's wording around the server's message.
     assert command(op="load", name="nosuch") == (
         "error: Failed to load model: Failed to process the request for model 'controller_0', message: failed to "
-        "load 'nosuch', failed to poll from model repository")
+        f"load 'nosuch', failed to poll from model repository (no model folder 'nosuch' in the model repository "
+        f"{repo})")
 
 
 def test_none_mode_refuses_control(tmp_path: Path) -> None:

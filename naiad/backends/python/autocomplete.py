@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import ast
 import json
+import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -47,7 +48,8 @@ def run_isolated(python: str, env: dict[str, str], model_file: Path, name: str,
     job = json.dumps({"model_file": str(model_file), "name": name, "config": config})
     try:
         done = subprocess.run([python, "-m", "naiad.backends.python.autocomplete"], input=job, check=False, env=env,
-                              capture_output=True, text=True, cwd=str(model_file.parent), timeout=300)
+                              capture_output=True, text=True, cwd=str(model_file.parent), timeout=300,
+                              start_new_session=True)  # as the workers: the server's signals aren't its
     except (OSError, subprocess.TimeoutExpired) as exc:
         raise internal(f"auto_complete_config of model '{name}' could not run: {exc}") from None
     lines = done.stdout.strip().splitlines()
@@ -79,6 +81,8 @@ def complete(module: ModuleType, config: dict[str, Any], name: str) -> dict[str,
 
 
 def main() -> None:
+    for signum in (signal.SIGINT, signal.SIGTERM):  # the server decides, as for the workers (worker.py)
+        signal.signal(signum, lambda *_: None)
     job = json.loads(sys.stdin.read())
     sys.modules.setdefault("triton_python_backend_utils", pb_utils)
     try:

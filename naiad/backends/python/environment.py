@@ -193,7 +193,7 @@ def _check(environment: ExecutionEnvironment, source: Path) -> None:
     env = _process_env(environment)
     try:
         done = subprocess.run([environment.python, "-c", _PROBE], check=False, env=env, capture_output=True, text=True,
-                              timeout=120)
+                              timeout=120, start_new_session=True)  # as the workers: the server's signals aren't its
     except (OSError, subprocess.TimeoutExpired) as exc:
         raise internal(f"the Python execution environment {source} cannot run its interpreter "
                        f"{environment.python}: {exc}") from None

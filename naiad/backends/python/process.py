@@ -116,6 +116,10 @@ class WorkerProcess:
                 [spec.python, "-m", "naiad.backends.python.worker", str(child.fileno())],
                 pass_fds=(child.fileno(),) + ((self._progress,) if self._progress >= 0 else ()), env=env,
                 cwd=str(Path(spec.model_file).parent),
+                # Its own session: Ctrl-C in the terminal and a signal to the server's process group reach the
+                # server only, which drives the worker's end (finalize, then exit); PR_SET_PDEATHSIG (worker.py)
+                # ends it if the server dies.
+                start_new_session=True,
             )
         except OSError as exc:
             parent.close()
@@ -296,6 +300,11 @@ class WorkerProcess:
             ch = self.ch
             if ch is None or self.proc is None:
                 return False
+            if self._restarting:
+                # A replacement still starting: its channel is the starter's until it is ready, and its
+                # initialize() hasn't returned, so there is no finalize() to run; stop() kills it.
+                self._finalize_sent = False
+                return False
             self.router.detach()
             self.router.flush()
             try:
@@ -404,6 +413,9 @@ class WorkerProcess:
                 try:
                     self.ready = False
                     await loop.run_in_executor(None, spawn)
+                    if self.closing:  # unloaded, or the server stopping, while it started: not wanted any more
+                        self.abort()
+                        break
                     self.attach(loop)
                     self.restarts += 1
                     ok = True
@@ -416,6 +428,11 @@ class WorkerProcess:
                     self.ready = False
                     await asyncio.sleep(delay)
                     delay *= 2
+                except (OSError, ValueError):
+                    if not self.closing:
+                        raise
+                    self.abort()  # its channel was closed under it by the unload
+                    break
             self._restarting = False
             if self._restarted is not None and not self._restarted.done():
                 self._restarted.set_result(ok)

@@ -20,12 +20,24 @@ rest, so a worker on another Python version than the server's still talks to it.
 
 from __future__ import annotations
 
-import asyncio
+import signal
+
+if __name__ == "__main__":
+    # As Triton's stub: Ctrl-C in a terminal, or SIGTERM to the process group (timeout, docker, systemd), reaches
+    # the workers too; the server drives their shutdown (drain, then finalize()), so they pass both over. A handler
+    # rather than SIG_IGN, which processes the model starts would inherit (exec resets handlers, not SIG_IGN). Set
+    # before the imports below, the slow part of a worker's start.
+    def _server_decides(signum: int, frame: object) -> None:
+        pass
+
+    signal.signal(signal.SIGINT, _server_decides)
+    signal.signal(signal.SIGTERM, _server_decides)
+
+import asyncio  # noqa: E402
 import inspect
 import mmap
 import os
 import queue
-import signal
 import socket
 import sys
 import threading

@@ -41,6 +41,8 @@ _PAGE_HEADERS = [
     (b"Content-Security-Policy", b"default-src 'self'; frame-ancestors 'none'"),
 ]
 _FEED_HEADERS = [(b"Cache-Control", b"no-store"), (b"X-Content-Type-Options", b"nosniff")]
+# /dashboard/ -> /dashboard, by a relative Location: right behind a proxy that serves naiad under a prefix too.
+_TO_PAGE = Reply(301, b"", b"text/plain", [(b"Location", b"../dashboard"), (b"Cache-Control", b"no-cache")])
 
 
 class Dashboard:
@@ -70,7 +72,10 @@ class Dashboard:
             return Reply(200, self.feed(), JSON, _FEED_HEADERS)
         page = self.files.get(path)
         if page is None:
-            return None
+            if path == "/dashboard/":
+                page = _TO_PAGE  # its files are relative to /dashboard, not to /dashboard/
+            else:
+                return None
         if method not in (b"GET", b"HEAD"):
             return _method_not_allowed()
         return page

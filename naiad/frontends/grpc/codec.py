@@ -15,7 +15,7 @@ import numpy as np
 from tritonclient.grpc import service_pb2 as pb
 
 from naiad.core.datatypes import WIRE_TO_NUMPY, serialize_bytes
-from naiad.core.errors import InferError, invalid
+from naiad.core.errors import InferError, invalid, unexpected_input
 from naiad.core.model_view import ModelView
 from naiad.core.request import InferRequest, InferResponse, log_prefix
 from naiad.core.shared_memory import SharedMemoryRegistry, SharedMemoryUse
@@ -97,7 +97,7 @@ def decode_request(message: pb.ModelInferRequest, model: ModelView,
         if dtype is None:
             expected = model.input_datatypes.get(name)
             if expected is None:
-                raise invalid(f"unexpected inference input '{name}' for model '{model_name}'")
+                raise unexpected_input(name, model_name, model.input_datatypes)
             raise invalid(f"{log_prefix(request)}inference input '{name}' data-type is '<invalid>', but model "
                           f"'{model_name}' expects '{expected}'")
         if name in inputs:

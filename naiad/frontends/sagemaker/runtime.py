@@ -29,6 +29,21 @@ if TYPE_CHECKING:
     from naiad.frontends.sagemaker.routes import SageMakerRouter
 
 log = logging.getLogger("naiad.sagemaker")
+_logged = [0.0, 0]  # the current second, and the model errors logged in it
+
+
+def _log_model_error(status: int, endpoint: str, text: str) -> None:
+    """The model error boto3's caller is sent to the log for; at most 10 lines a second, so a client repeating a
+    bad request can't flood the log."""
+    now = time.monotonic()
+    if now - _logged[0] >= 1.0:
+        _logged[0], _logged[1] = now, 0
+    _logged[1] += 1
+    if _logged[1] <= 10:
+        log.log(logging.WARNING if status >= 500 else logging.INFO, "invocation%s answered ModelError: the model "
+                "answered %d: %s", f" of endpoint '{endpoint}'" if endpoint else "", status, text)
+    elif _logged[1] == 11:
+        log.warning("more invocations answered ModelError this second; not logged")
 
 _PATH = re.compile(r"/endpoints/([a-zA-Z0-9](?:-*[a-zA-Z0-9])*)/(invocations|invocations-response-stream)")
 _VARIANT = [(b"x-Amzn-Invoked-Production-Variant", b"AllTraffic")]
@@ -131,6 +146,7 @@ class RuntimeDoor:
         side = "client" if reply.status < 500 else "server"
         message = (f"Received {side} error ({reply.status}) from primary with message \"{text}\". "
                    "See the naiad server log for more information.")
+        _log_model_error(reply.status, endpoint, text)  # which the message promises, at default verbosity
         error_code = "CLIENT_ERROR_FROM_MODEL" if reply.status < 500 else "SERVER_ERROR_FROM_MODEL"
         return service_error(424, "ModelError", message, error_code, OriginalStatusCode=reply.status,
                              OriginalMessage=text,

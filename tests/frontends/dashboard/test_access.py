@@ -135,7 +135,9 @@ def test_on_the_sagemaker_port_when_http_is_off(tmp_path: Path) -> None:
         # Its buttons call this port's routes: SageMaker's DELETE /models/<key>, not the repository extension.
         assert document["actions"] == {"repository": False, "residents": True}
         assert server.sagemaker("GET", "/dashboard/other")[:3:2] == (400, b"")
+        assert server.sagemaker("GET", "/dashboard/")[0] == 301
         assert server.sagemaker("GET", "/ping")[0] == 200
+        assert f"Dashboard at http://127.0.0.1:{server.sagemaker_port}/dashboard" in server.log()
     finally:
         server.stop()
 
@@ -143,7 +145,8 @@ def test_on_the_sagemaker_port_when_http_is_off(tmp_path: Path) -> None:
 def test_allow_dashboard_false(tmp_path: Path) -> None:
     server = RunningServer([tmp_path], "--allow-dashboard=false", "--allow-grpc=false", "--allow-metrics=false")
     try:
-        for path in ("/dashboard", "/dashboard/feed", "/dashboard/app.js"):
+        for path in ("/dashboard", "/dashboard/", "/dashboard/feed", "/dashboard/app.js"):
             assert server.request("GET", path)[:3:2] == (404, b'{"error":"Not Found"}')
+        assert "Dashboard at" not in server.log()
     finally:
         server.stop()

@@ -15,7 +15,7 @@ from typing import Any
 
 import pytest
 
-from tests.frontends.dashboard.test_routes import infer_many, write_repository
+from tests.frontends.dashboard.test_routes import BODY, infer_many, write_repository
 from tests.server import RunningServer
 
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
@@ -36,6 +36,18 @@ def _browser() -> Any:
                      "--disable-extensions", "--no-first-run", "--window-size=1360,900", "--hide-scrollbars"):
         options.add_argument(argument)
     return webdriver.Chrome(service=Service(executable_path=CHROMEDRIVER), options=options)
+
+
+def _alert(driver: Any) -> Any:
+    """The page's open confirm() dialog, or None."""
+    from selenium.common.exceptions import NoAlertPresentException
+
+    try:
+        alert = driver.switch_to.alert
+        alert.text  # noqa: B018 - raises when there is none
+        return alert
+    except NoAlertPresentException:
+        return None
 
 
 def _number(text: str) -> float:
@@ -83,8 +95,21 @@ def test_dashboard_in_chromium(tmp_path: Path) -> None:
         assert _number(cell("echo", "rate")) == 0
         load.start()
         infer_many(server.http_port, "raises", 2)
+        wrong = BODY.replace('"INPUT0"', '"INPUT_0"')  # refused by the model's signature: failures too
+        assert [server.request("POST", "/v2/models/onnx_identity/infer", wrong)[0] for _ in range(3)] == [400] * 3
         wait.until(lambda _: _number(cell("echo", "rate")) > 0)
         wait.until(lambda _: cell("raises", "errors").startswith("2"))
+        errors = driver.find_element(By.CSS_SELECTOR, '#models tr[data-key="onnx_identity/2"] td.errors')
+        wait.until(lambda _: errors.text.startswith("3"))  # (the latest version took them)
+        assert "refused: 3" in errors.get_attribute("title") and "INPUT_0" in errors.get_attribute("title")
+
+        # Unload while the model serves: the page asks first, and a "no" leaves it loaded.
+        driver.find_element(By.CSS_SELECTOR, '#models tr[data-model="echo"] button.unload').click()
+        alert = wait.until(lambda d: _alert(d))
+        assert "echo is under load" in alert.text
+        alert.dismiss()
+        time.sleep(1.5)
+        assert cell("echo", "state") == "READY" and server.request("GET", "/v2/models/echo/ready")[0] == 200
         # A few seconds of chart for the picture (longer when writing the README's).
         shot = os.environ.get("NAIAD_DASHBOARD_SCREENSHOT")
         time.sleep(45 if shot else 2)
@@ -97,7 +122,9 @@ def test_dashboard_in_chromium(tmp_path: Path) -> None:
         stop.set()
         load.join()
 
+        wait.until(lambda _: _number(cell("echo", "rate")) == 0)  # idle now: Unload acts at once
         driver.find_element(By.CSS_SELECTOR, '#models tr[data-model="echo"] button.unload').click()
+        assert _alert(driver) is None
         wait.until(lambda _: cell("echo", "state") == "UNAVAILABLE")
         status, _, body = server.request("POST", "/v2/repository/index")
         assert {"name": "echo", "version": "1", "state": "UNAVAILABLE", "reason": "unloaded"} in json.loads(body)

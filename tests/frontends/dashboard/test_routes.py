@@ -14,6 +14,7 @@ import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
+from urllib.parse import urljoin
 
 import psutil
 import pytest
@@ -112,10 +113,16 @@ def test_the_page_and_its_files(server: RunningServer) -> None:
     status, headers, _ = server.request("GET", "/dashboard/style.css")
     assert status == 200 and headers["content-type"] == "text/css; charset=utf-8"
     assert server.request("HEAD", "/dashboard")[0] == 200
+    assert f"Dashboard at http://127.0.0.1:{server.http_port}/dashboard" in server.log()  # the startup log says where
     assert server.request("POST", "/dashboard")[:3:2] == (405, b'{"error":"Method Not Allowed"}')
     assert server.request("DELETE", "/dashboard/feed")[0] == 405
-    for path in ("/dashboard/", "/dashboard/other", "/dashboardx"):
+    for path in ("/dashboard/other", "/dashboardx", "/dashboard//"):
         assert server.request("GET", path)[:3:2] == (404, b'{"error":"Not Found"}')
+    # With a trailing slash: sent to the page, by a relative Location (which keeps a proxy's prefix).
+    status, headers, _ = server.request("GET", "/dashboard/")
+    assert status == 301 and urljoin(f"http://{server.url}/dashboard/", headers["location"]) == \
+        f"http://{server.url}/dashboard"
+    assert urljoin("http://proxy/naiad/dashboard/", headers["location"]) == "http://proxy/naiad/dashboard"
 
 
 def test_every_model_and_version_with_its_state_and_reason(server: RunningServer) -> None:
@@ -187,3 +194,34 @@ def test_instances_show_worker_processes_and_restarts(server: RunningServer) -> 
                         and row(d, "echo")["instances"][0]["ready"])
     restarted = row(document, "echo")["instances"][0]
     assert restarted["pid"] != pid and psutil.pid_exists(restarted["pid"])
+
+
+def test_requests_refused_for_a_wrong_input_name_are_failures_with_a_reason(tmp_path: Path) -> None:
+    """Refused before the model runs, they still failed for their client: the dashboard, /v2/models/<m>/stats and
+    nv_inference_request_failure{reason="OTHER"} count them, and the answer lists the inputs the model takes."""
+    write_model(tmp_path, "echo", IDENTITY_FP32.format(name="echo"), IDENTITY_PY)
+    server = RunningServer([tmp_path], "--allow-grpc=false")
+    try:
+        feed(server)
+        wrong = BODY.replace('"INPUT0"', '"INPUT_0"')
+        statuses, answers = [], []
+        for _ in range(3):
+            status, _, body = server.request("POST", "/v2/models/echo/infer", wrong)
+            statuses.append(status)
+            answers.append(json.loads(body)["error"])
+        assert statuses == [400] * 3
+        assert answers[0] == "unexpected inference input 'INPUT_0' for model 'echo' (the model's inputs: 'INPUT0')"
+        assert infer_many(server.http_port, "echo", 2) == [200, 200]
+        stats = json.loads(server.request("GET", "/v2/models/echo/stats")[2])["model_stats"][0]["inference_stats"]
+        assert (stats["fail"]["count"], stats["success"]["count"]) == (3, 2)
+        document = wait_for(server, lambda d: row(d, "echo")["stats"]["failed"] == 3)
+        echo = row(document, "echo")["stats"]
+        assert echo["fail_reasons"] == {"refused": 3} and echo["success"] == 2
+        assert echo["last_refusal"] == answers[-1]
+        conn = http.client.HTTPConnection("127.0.0.1", server.metrics_port, timeout=10)
+        conn.request("GET", "/metrics")
+        metrics = conn.getresponse().read().decode()
+        conn.close()
+        assert 'nv_inference_request_failure{model="echo",reason="OTHER",version="1"} 3' in metrics, metrics
+    finally:
+        server.stop()

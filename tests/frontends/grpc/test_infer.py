@@ -208,7 +208,7 @@ def _raw_request(**fields) -> service_pb2.ModelInferRequest:
      "[request id: <id_unknown>] unexpected shape for input 'INPUT0' for model 'add_sub'. Expected [4], "
      "got [2,2]. "),
     (lambda r: setattr(r.inputs[1], "name", "INPUTX"), grpc.StatusCode.INVALID_ARGUMENT,
-     "unexpected inference input 'INPUTX' for model 'add_sub'"),
+     "unexpected inference input 'INPUTX' for model 'add_sub' (the model's inputs: 'INPUT0', 'INPUT1')"),
     (lambda r: r.outputs.add(name="NOPE"), grpc.StatusCode.INVALID_ARGUMENT,
      "unexpected inference output 'NOPE' for model 'add_sub'"),
     (lambda r: setattr(r.parameters["sequence_id"], "bool_param", True), grpc.StatusCode.INVALID_ARGUMENT,

@@ -92,6 +92,17 @@ def _rooted(value: object, root: str) -> object:
 CAPTURED_ROOT = "/work/main"
 
 
+def _helped(actual: object, expected: object) -> object:
+    """naiad keeps Triton's error message, which clients match, and may add what to do after it in parentheses
+    ("... has no available versions (version 1 failed to load: ...)"): Triton's part is what is compared."""
+    if isinstance(actual, dict) and isinstance(expected, dict) and set(actual) == set(expected) == {"error"}:
+        error, triton = actual["error"], expected["error"]
+        if isinstance(error, str) and isinstance(triton, str) and error.startswith(triton + " (") \
+                and error.endswith(")"):
+            return {"error": triton}
+    return actual
+
+
 @pytest.mark.parametrize("steps", list(_cases()), ids=lambda s: str(s[0].relative_to(GOLDEN)) if len(s) == 1
                          else str(s[0].parent.relative_to(GOLDEN)) + "/*")
 def test_same_answer_as_triton(server: RunningServer, steps: list[Path]) -> None:
@@ -149,6 +160,7 @@ def _replay(server: RunningServer, path: Path, folder: Path = GOLDEN, status_onl
         if isinstance(expected, dict) and "model_stats" in expected:
             assert _counts(actual) == _counts(expected), name
         else:
-            assert _rooted(actual, str(ROOT)) == _rooted(expected, CAPTURED_ROOT), name
+            actual, expected = _rooted(actual, str(ROOT)), _rooted(expected, CAPTURED_ROOT)
+            assert _helped(actual, expected) == expected, name
     elif expected in (None, ""):
         assert payload in (b"", b"null"), name

@@ -100,6 +100,9 @@ def test_model_failure_is_a_model_error(sme: RunningServer) -> None:
     assert error["OriginalStatusCode"] == 400
     assert "INPUT1" in error["OriginalMessage"]
     assert "Received client error (400)" in error["Error"]["Message"]
+    # "See the naiad server log for more information": the log, at default verbosity, has it.
+    assert "See the naiad server log" in error["Error"]["Message"]
+    assert any("answered ModelError" in line and error["OriginalMessage"] in line for line in sme.log().splitlines())
 
 
 # --- multi-model endpoint, archives on demand --------------------------------------------------------------------

@@ -10,6 +10,7 @@ const SVG = "http://www.w3.org/2000/svg";
 // Restricted APIs: header name -> value the user typed, sent with every request (the feed and the buttons).
 const keys = JSON.parse(sessionStorage.getItem(STORE) || "{}");
 let actions = {};
+let load = {};  // model name -> { rate, inFlight } over its versions, as of the last feed: Unload asks first
 let timer = null;
 let polling = false;  // a feed request is on its way
 let again = false;  // asked for meanwhile (after a button): poll once more right after
@@ -146,6 +147,12 @@ const MODEL_CELLS = ["name", "version", "state", "rate num", "chart", "p50 num",
                      "compute num", "success num", "errors num", "action"];
 
 function renderModels(doc) {
+  load = {};
+  for (const m of doc.models) {
+    const busy = load[m.name] || (load[m.name] = { rate: 0, inFlight: 0 });
+    busy.rate += (m.stats && m.stats.rate) || 0;
+    busy.inFlight += m.in_flight || 0;
+  }
   sync($("models").tBodies[0], doc.models, (m) => m.name + "/" + m.version,
     (tr, m) => {
       cells(tr, MODEL_CELLS);
@@ -179,7 +186,8 @@ function renderModels(doc) {
       set(tr, "queue", fixed(st.queue_ms, 3));
       set(tr, "compute", fixed(st.compute_ms, 3));
       set(tr, "success", dash(st.success));
-      const reasons = Object.entries(st.fail_reasons || {}).map(([k, v]) => `${k}: ${v}`).join(", ");
+      let reasons = Object.entries(st.fail_reasons || {}).map(([k, v]) => `${k}: ${v}`).join(", ");
+      if (st.last_refusal) reasons += `\nlast refused: ${st.last_refusal}`;
       const errors = set(tr, "errors", st.failed === undefined ? "–" :
         st.failed + (st.error_rate ? ` (${st.error_rate.toFixed(1)}/s)` : ""), reasons);
       errors.classList.toggle("bad", Boolean(st.failed));
@@ -207,8 +215,10 @@ function renderAction(td, m) {
     button.className = want;
     button.textContent = want === "load" ? "Load" : "Unload";
     button.title = want === "load" ? `load ${m.name}` : `unload every version of ${m.name}`;
-    button.addEventListener("click", () => control(button, "POST",
-      `v2/repository/models/${encodeURIComponent(m.name)}/${want}`, `${want} ${m.name}`));
+    button.addEventListener("click", () => {
+      if (want === "unload" && !confirmUnload(m.name)) return;
+      control(button, "POST", `v2/repository/models/${encodeURIComponent(m.name)}/${want}`, `${want} ${m.name}`);
+    });
     td.appendChild(button);
   }
 }
@@ -265,8 +275,10 @@ function renderResidency(doc) {
         button.type = "button";
         button.className = "unload";
         button.textContent = "Unload";
-        button.addEventListener("click", () => control(button, "DELETE", `models/${encodeURIComponent(r.key)}`,
-          `unload ${r.model}`));
+        button.addEventListener("click", () => {
+          if (confirmUnload(r.model)) control(button, "DELETE", `models/${encodeURIComponent(r.key)}`,
+            `unload ${r.model}`);
+        });
         tr.querySelector(".action").appendChild(button);
       }
     },
@@ -298,6 +310,14 @@ function render(doc) {
 }
 
 // --- requests --------------------------------------------------------------------------------------------------
+
+// A model serving requests is unloaded only once the user confirms: its clients' next requests fail.
+function confirmUnload(name) {
+  const busy = load[name];
+  if (!busy || (busy.rate <= 0 && busy.inFlight <= 0)) return true;
+  return window.confirm(`${name} is under load (${busy.rate.toFixed(1)} requests/s, ${busy.inFlight} in flight). ` +
+    "Unload it anyway? Requests in flight finish; new ones fail until it is loaded again.");
+}
 
 async function control(button, method, url, what) {
   button.disabled = true;
