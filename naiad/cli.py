@@ -18,7 +18,7 @@ from naiad.core.settings import FORMATS, LogSettings
 from naiad.frontends.grpc import options as grpc_options
 from naiad.frontends.http import options as http_options
 from naiad.frontends.metrics import options as metrics_options
-from naiad.frontends.sagemaker import options as sagemaker_options
+from naiad.sagemaker import options as sagemaker_options
 
 
 def _bool(value: str | bool) -> bool:
@@ -303,7 +303,7 @@ def main(argv: list[str] | None = None) -> int:
         argv = sys.argv[1:]
     if argv[:1] == ["sagemaker"]:
         # Triton's docker/sagemaker/serve script, reading SageMaker's environment before `naiad serve`.
-        from naiad.sagemaker_serve import main as sagemaker_main
+        from naiad.sagemaker.serve import main as sagemaker_main
 
         return sagemaker_main(argv[1:], main)
     if argv[:1] == ["bench"]:

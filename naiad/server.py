@@ -22,14 +22,14 @@ from naiad.frontends.http.options import HttpOptions
 from naiad.frontends.http.protocol import HttpProtocol
 from naiad.frontends.http.routes import Router
 from naiad.frontends.metrics.options import MetricsOptions
-from naiad.frontends.sagemaker.options import SageMakerOptions
 from naiad.repository.consent import FLAG as CODE_FLAG
 from naiad.repository.consent import startup_warning as code_upload_warning
 from naiad.repository.control import ModelControl
 from naiad.repository.eviction import make_policy
 from naiad.repository.manager import ModelRepository, RepositoryOptions
 from naiad.repository.memory import parse_size
-from naiad.repository.residency import Residency
+from naiad.repository.model_cache import Residency
+from naiad.sagemaker.options import SageMakerOptions
 from naiad.scheduling.cache import ResponseCache, register_cache_metrics
 from naiad.scheduling.rate_limiter import RateLimiter
 from naiad.service import Service

@@ -86,7 +86,7 @@ def test_the_graph_is_read() -> None:
     assert "naiad.frontends.replies" in GRAPH["naiad.frontends.http.routes"]
     assert "naiad.service" in GRAPH["naiad.frontends.grpc.inference"]
     assert "naiad.repository.manager" in GRAPH["naiad.service.face"]
-    assert "naiad.sagemaker_serve" in GRAPH["naiad.cli"]  # a function-level import
+    assert "naiad.sagemaker.serve" in GRAPH["naiad.cli"]  # a function-level import
     assert "naiad.frontends.sagemaker.routes" not in GRAPH["naiad.frontends.sagemaker.runtime"]  # TYPE_CHECKING
     assert len(GRAPH) > 100
 

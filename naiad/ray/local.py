@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from naiad.frontends.sagemaker.options import SageMakerOptions
+from naiad.sagemaker.options import SageMakerOptions
 from naiad.ray.options import RayServeOptions
 from naiad.service import Service
 from naiad.service.assemble import explicit_service, local_repositories

@@ -5,7 +5,7 @@ name them without reaching into the repository."""
 from naiad.core.model_view import ModelView
 from naiad.repository.consent import CodeConsent
 from naiad.repository.control import decode_files
-from naiad.repository.residency import ArchiveError, UrlRefused, exhausted_budget, is_out_of_memory
+from naiad.repository.model_cache import ArchiveError, UrlRefused, exhausted_budget, is_out_of_memory
 from naiad.service.face import EXTENSIONS, Service
 
 __all__ = ["EXTENSIONS", "ArchiveError", "CodeConsent", "ModelView", "Service", "UrlRefused", "decode_files", "exhausted_budget",

@@ -27,7 +27,7 @@ from naiad.repository.consent import CodeConsent
 from naiad.repository.control import ModelControl
 from naiad.repository.manager import ModelRepository
 from naiad.repository.model import ModelVersion
-from naiad.repository.residency import Residency, ResidencyStats
+from naiad.repository.model_cache import Residency, ResidencyStats
 from naiad.service.dashboard import models as dashboard_models
 from naiad.service.dashboard import process as process_figures
 from naiad.service.dashboard import residency_summary

@@ -20,8 +20,8 @@ from naiad.frontends.http.protocol import HttpProtocol
 from naiad.frontends.metrics.collector import CpuCollector, ModelCollector
 from naiad.frontends.metrics.exposition import CONTENT_TYPE, render
 from naiad.frontends.metrics.options import MetricsOptions
-from naiad.frontends.metrics.sagemaker import SageMakerCollector
 from naiad.frontends.replies import Reply
+from naiad.sagemaker.counters import SageMakerCollector
 from naiad.service import Service
 
 log = logging.getLogger("naiad.metrics")

@@ -17,7 +17,7 @@ import sys
 from pathlib import Path
 from typing import Callable, Mapping
 
-from naiad.frontends.sagemaker.options import INFERENCE_TYPES
+from naiad.sagemaker.options import INFERENCE_TYPES
 
 DEFAULT_SHM_BYTE_SIZE = "16777216"  # 16 MB, the script's default for the python backend
 DEFAULT_SHM_GROWTH_BYTE_SIZE = "1048576"  # 1 MB

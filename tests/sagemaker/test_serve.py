@@ -10,10 +10,10 @@ from pathlib import Path
 
 import pytest
 
-from naiad import sagemaker_serve
-from naiad.sagemaker_serve import SagemakerServeError, build_serve_args
+from naiad.sagemaker import serve as sagemaker_serve
+from naiad.sagemaker.serve import SagemakerServeError, build_serve_args
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parent.parent.parent
 
 FIXED = ["serve", "--allow-sagemaker=true", "--allow-http=false", "--model-control-mode=explicit"]
 ENV_DEFAULTS = [
@@ -437,7 +437,7 @@ def test_main_usage(capsys: pytest.CaptureFixture[str]) -> None:
 
 def test_help_lists_every_environment_variable_read(capsys: pytest.CaptureFixture[str]) -> None:
     # Every SAGEMAKER_* name the script and the server's SageMaker options read, found in their source.
-    sources = [ROOT / "naiad" / "sagemaker_serve.py", ROOT / "naiad" / "frontends" / "sagemaker" / "options.py"]
+    sources = [ROOT / "naiad" / "sagemaker" / "serve.py", ROOT / "naiad" / "sagemaker" / "options.py"]
     read = {name for path in sources for name in re.findall(r"SAGEMAKER_[A-Z_]*[A-Z]", path.read_text())}
     read -= {"SAGEMAKER_TRITON_LOG"}  # the prefix of SAGEMAKER_TRITON_LOG_{level}
     assert sagemaker_serve.main(["serve", "--help"], lambda _: 1) == 0
