@@ -28,8 +28,8 @@ from naiad.repository.control import ModelControl
 from naiad.repository.eviction import make_policy
 from naiad.repository.manager import ModelRepository, RepositoryOptions
 from naiad.repository.memory import parse_size
-from naiad.repository.model_cache import Residency
 from naiad.sagemaker.options import SageMakerOptions
+from naiad.sagemaker.residency import Residency
 from naiad.scheduling.cache import ResponseCache, register_cache_metrics
 from naiad.scheduling.rate_limiter import RateLimiter
 from naiad.service import Service

@@ -15,7 +15,12 @@ import naiad
 
 ROOT = Path(naiad.__file__).parent
 FRONT_ENDS = ("naiad.frontends", "naiad.ray")
-BELOW_THE_FACE = ("naiad.repository", "naiad.scheduling", "naiad.backends")
+# SageMaker's platform side (naiad/sagemaker/) straddles the face: its model management (the residency and the
+# url rules it loads by) is below it; its contract, options, counters and serve script are plain values over the
+# core that both sides share.
+SAGEMAKER_BELOW = ("naiad.sagemaker.residency", "naiad.sagemaker.urls")
+BELOW_THE_FACE = ("naiad.repository", "naiad.scheduling", "naiad.backends", *SAGEMAKER_BELOW)
+ABOVE_THE_FACE = ("naiad.service", "naiad.frontends", "naiad.ray", "naiad.server", "naiad.cli")
 
 
 def _modules() -> dict[str, Path]:
@@ -87,6 +92,8 @@ def test_the_graph_is_read() -> None:
     assert "naiad.service" in GRAPH["naiad.frontends.grpc.inference"]
     assert "naiad.repository.manager" in GRAPH["naiad.service.face"]
     assert "naiad.sagemaker.serve" in GRAPH["naiad.cli"]  # a function-level import
+    assert "naiad.sagemaker.contract" in GRAPH["naiad.frontends.sagemaker.replies"]
+    assert "naiad.repository.model_cache" in GRAPH["naiad.sagemaker.residency"]
     assert "naiad.frontends.sagemaker.routes" not in GRAPH["naiad.frontends.sagemaker.runtime"]  # TYPE_CHECKING
     assert len(GRAPH) > 100
 
@@ -96,6 +103,34 @@ def test_front_ends_use_only_the_service_face() -> None:
                 for module, targets in sorted(GRAPH.items()) if module.startswith(FRONT_ENDS)
                 for target, line in sorted(targets.items()) if target.startswith(BELOW_THE_FACE)]
     assert reaching == []
+
+
+def test_sagemaker_shared_side_stays_beside_the_core() -> None:
+    # What front ends may import from naiad/sagemaker/ must not itself lead below the face or above it.
+    shared = [m for m in GRAPH if m.startswith("naiad.sagemaker") and not m.startswith(SAGEMAKER_BELOW)]
+    assert {"naiad.sagemaker.contract", "naiad.sagemaker.counters", "naiad.sagemaker.serve"} <= set(shared)
+    reaching = [f"{module} imports {target}" for module in sorted(shared) for target in sorted(GRAPH[module])
+                if target.startswith(BELOW_THE_FACE + ABOVE_THE_FACE)]
+    assert reaching == []
+
+
+def test_the_model_cache_edits_the_repository_only_through_its_api() -> None:
+    # register / unregister keep the repository's tables consistent; a cache that deletes entries itself does not.
+    edits = []
+    for module, path in sorted(MODULES.items()):
+        if not (module == "naiad.repository.model_cache" or module.startswith("naiad.sagemaker")):
+            continue
+        for node in ast.walk(ast.parse(path.read_text(), str(path))):
+            table = None
+            if isinstance(node, ast.Subscript) and isinstance(node.ctx, (ast.Store, ast.Del)):
+                table = node.value
+            elif isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr in (
+                    "pop", "clear", "update", "setdefault", "popitem"):
+                table = node.func.value
+            if (isinstance(table, ast.Attribute) and table.attr in ("models", "registered", "loading")
+                    and isinstance(table.value, ast.Attribute) and table.value.attr == "repository"):
+                edits.append(f"{path.relative_to(ROOT.parent)}:{node.lineno}")
+    assert edits == []
 
 
 # What the service holds below its face: a front end that reads ``service.repository`` reaches past it without

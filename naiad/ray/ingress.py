@@ -16,11 +16,11 @@ import orjson
 
 from naiad.frontends.http.options import HttpOptions
 from naiad.frontends.http.routes import Router
-from naiad.frontends.sagemaker.replies import TARGET_MODEL
 from naiad.frontends.sagemaker.routes import SageMakerRouter
 from naiad.ray.asgi import Receive, Send, Wire, lifespan, read_request, send_result, send_wire
 from naiad.ray.local import build_service, local_repositories, sagemaker_options
 from naiad.ray.options import RayServeOptions
+from naiad.sagemaker.contract import TARGET_MODEL
 
 log = logging.getLogger("naiad.ray")
 

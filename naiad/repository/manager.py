@@ -124,9 +124,18 @@ class ModelRepository:
                                  Code.ALREADY_EXISTS)
         self.registered[repository] = dict(mapping)
 
-    def unregister(self, repository: Path) -> None:
-        if self.registered.pop(repository, None) is None:
+    def unregister(self, repository: Path, missing_ok: bool = False) -> None:
+        """Forget a repository ``register`` added, and its models that hold no loaded version (a loaded one
+        stays, served under its name, until it is unloaded)."""
+        if self.registered.pop(repository, None) is None and not missing_ok:
             raise invalid(f"failed to unregister '{repository}', repository not found")
+        for name, entry in list(self.models.items()):
+            if entry.path.parent == repository and not entry.versions:
+                del self.models[name]
+
+    def served_from(self, repository: Path) -> list[str]:
+        """The models with a loaded version whose folders are in ``repository``."""
+        return [name for name, entry in self.models.items() if entry.versions and entry.path.parent == repository]
 
     def load_all(self, only: set[str] | None = None) -> None:
         """Load every model (or those named in ``only``: explicit mode's ``--load-model``)."""

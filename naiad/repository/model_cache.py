@@ -1,29 +1,22 @@
-"""SageMaker's multi-model contract over model control, and the platform's part around it.
-
-Triton's part: a model is loaded from a folder under the models root (``<root>/<key>/model``) under a key
-SageMaker chose (``model_name``), served under the target model's name, listed, and unloaded with its
-repository. The platform's part, which naiad does in the server: archives fetched on demand from the model
-data url, and models unloaded before a load that would not fit the memory limit, in the order the eviction
-policy gives (eviction.py: GDSF by default, or LRU).
+"""A memory-bounded model cache: models loaded from repositories registered at run time, unloaded in the order an
+eviction policy gives (eviction.py: GDSF by default, or LRU) before a load that would not fit the memory limit.
+SageMaker's multi-model residency (``naiad.sagemaker.residency``) is one: it says which repository a url names
+and fetches archives on a miss.
 
 Loads run side by side, up to --model-load-thread-count, each holding the memory it is expected to take while it
-loads; evictions run one at a time (memory accounting needs a settled picture); cache hits never wait. Downloads
-and extraction run off the event loop; every step of an on-demand load gives up at --model-load-timeout-secs, which
-fails only the requests waiting for that model.
+loads; evictions run one at a time (memory accounting needs a settled picture); cache hits never wait. Concurrent
+misses on one model share one load; a step that runs off the event loop (a download, an extraction) gives up at
+--model-load-timeout-secs, which fails only the requests waiting for that model.
 
-Nothing is loaded through a symbolic link that leads out of the models root: neither the url itself nor any link
-inside the folder it names (``link_roots`` names the folders besides the root that links may lead into).
+Repositories come and go through the repository's own ``register`` / ``unregister``; models through model control.
 """
 
 from __future__ import annotations
 
 import asyncio
-import hashlib
 import logging
 import os
-import re
 import shutil
-import tempfile
 import threading
 import time
 from dataclasses import dataclass, field
@@ -31,9 +24,8 @@ from functools import partial
 from pathlib import Path
 from typing import Callable, TypeVar
 
-from naiad.config.ensemble import ENSEMBLE_PLATFORM
-from naiad.config.loader import load_config
-from naiad.core.errors import Code, InferError, invalid, not_found
+from naiad.core.cache_stats import CacheStats
+from naiad.core.errors import Code, InferError, not_found
 from naiad.repository.control import ModelControl
 from naiad.repository.eviction import DEFAULT_POLICY, EvictionPolicy, make_policy
 from naiad.repository.layout import model_dirs
@@ -42,49 +34,13 @@ from naiad.repository.memory import format_size, own_rss, processes_memory
 
 log = logging.getLogger("naiad.residency")
 
-# Triton's SageMaker server answers 507 when an error says any of these (sagemaker_server.cc).
-OUT_OF_MEMORY = (
-    "CUDA out of memory", "CUDA_OUT_OF_MEMORY", "Out of memory", "Out Of Memory", "out of memory", "MemoryError",
-    "OutOfMemory", "OOM", "Dst tensor is not initialized", "Src tensor is not initialized",
-    "CNMEM_STATUS_OUT_OF_MEMORY", "CUDNN_STATUS_NOT_INITIALIZED", "CUBLAS_STATUS_ALLOC_FAILED",
-    "CUBLAS_STATUS_NOT_INITIALIZED", "Failed to allocate memory", "failed to allocate memory",
-    "No space left on device",
-)
-
-_FORBIDDEN = ("/dev/", "/proc/", "/sys/")
-
-
-def is_out_of_memory(message: str) -> bool:
-    return any(text in message for text in OUT_OF_MEMORY)
-
-
-def exhausted_budget(message: str) -> str:
-    """Which budget an out-of-memory error says was hit, for the log line beside its 507."""
-    if "(--model-memory-limit)" in message:
-        return "the SageMaker models' memory limit (--model-memory-limit)"
-    if "No space left on device" in message:
-        return "disk space"
-    if any(text in message for text in ("CUDA", "CNMEM", "CUDNN", "CUBLAS", "Dst tensor", "Src tensor")):
-        return "GPU memory"
-    return "host memory (the model's own allocation failed)"
-
-
-class UrlRefused(InferError):
-    """A url under /dev, /proc or /sys: Triton refuses it with a bare 400 and only logs why."""
-
-
-class ArchiveError(InferError):
-    """An on-demand load that failed before the model itself was involved: fetching or extracting its archive."""
-
-
 T = TypeVar("T")
-Fetch = Callable[[str, Path], int]  # (relative archive path, destination file) -> bytes fetched
 
 
 @dataclass
 class Resident:
-    key: str  # SageMaker's model_name (a hash of the target model)
-    url: str  # the repository registered for it, which Triton reports as modelUrl
+    key: str  # what the model is filed under (SageMaker: its model_name, a hash of the target model)
+    url: str  # the repository registered for it (SageMaker reports it as modelUrl)
     repository: Path
     target: str  # the name the model is served under
     folder: Path | None = None  # what an on-demand load extracted, removed once the model is unloaded
@@ -94,47 +50,20 @@ class Resident:
     last_used: float = 0.0
 
 
-@dataclass
-class Timing:
-    """A CloudWatch-style statistic: how many, and their sum in microseconds."""
-    count: int = 0
-    sum_us: float = 0.0
-
-    def add(self, seconds: float) -> None:
-        self.count += 1
-        self.sum_us += seconds * 1e6
+class StepFailed(InferError):
+    """A step of an on-demand load that ran off the event loop failed or gave up (``ModelCache._off_loop``)."""
 
 
-@dataclass
-class ResidencyStats:
-    """SageMaker's endpoint metrics (CloudWatch's names in the comments), read by the metrics page."""
-    invocations: int = 0  # Invocations
-    errors_4xx: int = 0  # Invocation4XXErrors
-    errors_5xx: int = 0  # Invocation5XXErrors
-    model_latency: Timing = field(default_factory=Timing)  # ModelLatency: in the model
-    overhead_latency: Timing = field(default_factory=Timing)  # OverheadLatency: the rest of the request
-    cache_hits: int = 0
-    cache_misses: int = 0
-    evictions: int = 0
-    loading_wait: Timing = field(default_factory=Timing)
-    downloading: Timing = field(default_factory=Timing)
-    loading: Timing = field(default_factory=Timing)
-    unloading: Timing = field(default_factory=Timing)
-    last_evicted: list[tuple[float, str]] = field(default_factory=list)  # (time, target), newest last
+class ModelCache:
+    kind = "model"  # what the log calls a cached model
+    step_error: type[InferError] = StepFailed  # what a failed or abandoned off-loop step raises
 
-
-class Residency:
-    def __init__(self, repository: ModelRepository, control: ModelControl, models_root: Path,
-                 memory_limit: int | None = None, fetch: Fetch | None = None, source_url: str = "",
-                 archive_limits: tuple[int, int] | None = None, policy: EvictionPolicy | None = None) -> None:
+    def __init__(self, repository: ModelRepository, control: ModelControl, memory_limit: int | None = None,
+                 policy: EvictionPolicy | None = None, stats: CacheStats | None = None) -> None:
         self.repository = repository
         self.control = control
-        self.models_root = Path(os.path.abspath(models_root))
         self.memory_limit = memory_limit
-        self.fetch = fetch
-        self.source_url = source_url
-        self.archive_limits = archive_limits  # (bytes, members) an archive may hold; None: archive.py's defaults
-        self.models: dict[str, Resident] = {}  # by key, as Triton's sagemaker_models_list_
+        self.models: dict[str, Resident] = {}  # by key, in load order
         self._by_name: dict[str, Resident] = {}
         self._pending: dict[str, asyncio.Future] = {}  # on-demand loads in progress, by target model
         self._waiting: dict[str, int] = {}  # target -> requests waiting for its load (it is not evicted meanwhile)
@@ -145,56 +74,9 @@ class Residency:
         self._leaving: dict[str, tuple[asyncio.Event, int]] = {}  # key -> (set when gone, memory it held)
         self._known: dict[str, int] = {}  # target -> memory measured when it was last loaded
         self._overheads: list[int] = []  # memory beyond the files on disk, per model measured so far
-        # Folders outside the models root that links in it may lead to (Ray's replicas link repository folders).
-        self.link_roots: list[Path] = []
-        self._path = re.compile(rf"({re.escape(str(self.models_root))}/[0-9A-Za-z._]+)/(model)/?([0-9A-Za-z._]+)?")
-        self.stats = ResidencyStats()
+        self.stats = stats if stats is not None else CacheStats()
         self.policy = policy or make_policy(DEFAULT_POLICY)
         self._counted = ""  # the target hit() just counted: the same request's touch() is not a second use
-
-    # --- Triton's multi-model API ------------------------------------------------------------------------------
-
-    def locate(self, url: str, target: str = "") -> tuple[Path, str]:
-        """The repository to register for ``url`` and the folder in it that becomes the target model: the url
-        itself when it holds a config.pbtxt, else its ensemble folder, else its model folder (Triton's rule)."""
-        path = os.path.abspath(os.path.normpath(url)) if url else ""
-        if any((path + "/").startswith(prefix) for prefix in _FORBIDDEN):
-            raise UrlRefused(f"Invalid URL: {url}. \"url\" property value cannot start with /dev/, /proc/, or /sys/.")
-        match = self._path.fullmatch(path)
-        if match is None:
-            raise invalid(f"Invalid \"url\" '{url}': expected a path of the form "
-                          f"{self.models_root}/<hash>/model[/<subdir>]")
-        folder = Path(path)
-        self._check_links(url, folder)
-        if not folder.is_dir():
-            raise invalid(f"failed to register '{url}', repository not found")
-        if (folder / "config.pbtxt").is_file():
-            if match.group(3):
-                # Triton registers <root>/<key> and loads its 'model' folder, which isn't this one.
-                raise invalid(f"failed to load '{target}', failed to poll from model repository")
-            return Path(match.group(1)), match.group(2)
-        folders = list(model_dirs(folder))
-        ensembles = [name for name in folders if _is_ensemble(folder / name)]
-        return folder, (ensembles or folders or [""])[-1]
-
-    def _check_links(self, url: str, folder: Path) -> None:
-        """Refuse a url that is, or holds, a symbolic link leading out of the models root (a link inside it
-        to another place inside it is fine)."""
-        roots = [os.path.realpath(root) for root in (self.models_root, *self.link_roots)]
-
-        def check(path: str) -> None:
-            real = os.path.realpath(path)
-            if not any(real == root or real.startswith(root + os.sep) for root in roots):
-                shown = os.path.relpath(path, self.models_root)
-                raise invalid(f"failed to register '{url}': '{shown}' leads to '{real}' through a symbolic link, "
-                              f"outside the models root {self.models_root}; links out of it are not followed")
-
-        check(str(folder))
-        for where, folders, files in os.walk(folder):  # links to folders are listed, not entered
-            for name in folders + files:
-                path = os.path.join(where, name)
-                if os.path.islink(path):
-                    check(path)
 
     def get(self, key: str) -> Resident | None:
         return self.models.get(key)
@@ -202,13 +84,12 @@ class Residency:
     def listed(self) -> list[Resident]:
         return [r for r in self.models.values() if self.repository.is_ready(r.target)]
 
-    async def load(self, key: str, url: str, target: str, folder: Path | None = None) -> Resident:
-        """Register ``url``'s repository under ``key`` and load ``target`` from it, making room first."""
-        async with self._slots:
-            return await self._load(key, url, target, folder)
+    # --- loading -----------------------------------------------------------------------------------------------
 
-    async def _load(self, key: str, url: str, target: str, folder: Path | None, fetched: float = 0.0) -> Resident:
-        repository, model_folder = self.locate(url, target)
+    async def _admit(self, key: str, repository: Path, model_folder: str, target: str, folder: Path | None,
+                     fetched: float = 0.0) -> Resident:
+        """Register ``repository`` with ``model_folder`` served as ``target``, making room first, and load it
+        (the caller holds a load slot). ``fetched``: seconds spent getting its files, part of a miss's cost."""
         if key in self.models or key in self._loading:
             raise InferError(f"model repository '{repository}' has already been registered", Code.ALREADY_EXISTS)
         disk = _disk_size(repository / model_folder) if model_folder else 0
@@ -235,8 +116,7 @@ class Residency:
             grown = max(0, own_rss() - before) // max(1, len(self._loading))
             resident = Resident(key, str(repository), repository, target, folder, in_process=grown,
                                 last_used=time.monotonic())
-            resident.names = [n for n, e in self.repository.models.items()
-                              if e.versions and e.path.parent == repository] or [target]
+            resident.names = self.repository.served_from(repository) or [target]
             resident.memory = self._measure(resident)
         finally:
             self._loading.discard(key)
@@ -250,7 +130,7 @@ class Residency:
         self.models[key] = resident
         self._by_name[target] = resident
         self.policy.admit(target, fetched + loading)  # what a miss on it costs: download, extraction, load
-        log.info("loaded SageMaker model '%s' (key %s): %s%s", target, key, format_size(resident.memory),
+        log.info("loaded %s '%s' (key %s): %s%s", self.kind, target, key, format_size(resident.memory),
                  f", {format_size(self.used())} of {format_size(self.memory_limit)} in use"
                  if self.memory_limit is not None else "")
         async with self._room:
@@ -290,7 +170,7 @@ class Residency:
             self.policy.access(name)
         return True
 
-    # --- the platform's part: on-demand loading ----------------------------------------------------------------
+    # --- on-demand loading -------------------------------------------------------------------------------------
 
     def hit(self, target: str) -> bool:
         """A cache hit: ``target`` is loaded and ready; it is marked used now and counted."""
@@ -301,10 +181,10 @@ class Residency:
         return False
 
     async def ensure(self, target: str) -> None:
-        """Make ``target`` (an archive's path relative to the model data url) served: a hit touches it, a miss
-        downloads, extracts and loads it. Concurrent misses on one target wait on the same load, which runs as
-        its own task: a caller that goes away stops waiting, not the load the others wait for. The caller must
-        submit its request before it next yields (a model just loaded is kept only until then)."""
+        """Make ``target`` served: a hit touches it, a miss loads it (``_miss``). Concurrent misses on one target
+        wait on the same load, which runs as its own task: a caller that goes away stops waiting, not the load
+        the others wait for. The caller must submit its request before it next yields (a model just loaded is
+        kept only until then)."""
         if self.hit(target):
             return
         self.stats.cache_misses += 1
@@ -313,7 +193,7 @@ class Residency:
         try:
             pending = self._pending.get(target)
             if pending is None:
-                pending = self._pending[target] = asyncio.ensure_future(self._fetch_and_load(target))
+                pending = self._pending[target] = asyncio.ensure_future(self._miss(target))
                 pending.add_done_callback(partial(self._load_done, target))
             await asyncio.shield(pending)
         finally:
@@ -324,53 +204,15 @@ class Residency:
                 self._changed()
             self.stats.loading_wait.add(time.perf_counter() - started)
 
+    async def _miss(self, target: str) -> None:
+        """Load ``target``, which is not loaded: a cache that fetches models on demand says how."""
+        raise not_found(f"model '{target}' is not loaded")
+
     def _load_done(self, target: str, task: asyncio.Future) -> None:
         if self._pending.get(target) is task:
             del self._pending[target]
         if not task.cancelled():
             task.exception()  # its waiters got it; nobody else has to
-
-    async def _fetch_and_load(self, target: str) -> None:
-        if self.fetch is None:
-            raise not_found(f"model '{target}' is not loaded and no model data url is set "
-                            "(--sagemaker-model-data-url)")
-        from naiad.repository.archive import extract_archive  # only on-demand loading needs tarfile
-
-        key = hashlib.md5(target.encode()).hexdigest()
-        if key in self.models:  # loaded under its key, but not ready (e.g. a worker restarting)
-            raise InferError(f"model '{target}' is not ready", Code.UNAVAILABLE)
-        async with self._slots:
-            self.models_root.mkdir(parents=True, exist_ok=True)
-            handle, name = tempfile.mkstemp(prefix=".download-", suffix=".tar.gz", dir=self.models_root)
-            os.close(handle)
-            archive = Path(name)
-            try:
-                started = time.perf_counter()
-                size = await self._off_loop(f"download of '{target}'", partial(self.fetch, target, archive),
-                                            partial(archive.unlink, missing_ok=True))
-                fetched = time.perf_counter() - started
-                leaving = self._leaving.get(key)
-                if leaving is not None:  # an eviction of this very key may still be removing its folder
-                    await leaving[0].wait()
-                folder = self.models_root / key
-                if folder.exists():
-                    shutil.rmtree(folder, ignore_errors=True)
-                try:
-                    extracting = time.perf_counter()
-                    await self._off_loop(f"extraction of '{target}'",
-                                         partial(extract_archive, archive, folder / "model",
-                                                 *(self.archive_limits or ()), label=target),
-                                         partial(shutil.rmtree, folder, ignore_errors=True), key)
-                    self.stats.downloading.add(fetched + time.perf_counter() - extracting)
-                    log.info("fetched '%s' (%s) into %s", target, format_size(size or 0), folder)
-                    await self._load(key, str(folder / "model"), target, folder,
-                                     fetched + time.perf_counter() - extracting)
-                except BaseException:
-                    if key not in self.models and key not in self._leaving:
-                        shutil.rmtree(folder, ignore_errors=True)
-                    raise
-            finally:
-                archive.unlink(missing_ok=True)
 
     async def _off_loop(self, what: str, call: Callable[[], int | None], cleanup: Callable[[], None],
                         key: str = "") -> int | None:
@@ -381,7 +223,7 @@ class Residency:
         try:
             return await (asyncio.wait_for(asyncio.shield(future), timeout) if timeout else future)
         except InferError as exc:
-            raise ArchiveError(exc.message, exc.code) from None
+            raise self.step_error(exc.message, exc.code) from None
         except asyncio.TimeoutError:
             gone = asyncio.Event()
             if key:
@@ -397,8 +239,8 @@ class Residency:
 
             future.add_done_callback(late)
             log.error("%s did not finish within %g s (--model-load-timeout-secs); giving it up", what, timeout)
-            raise ArchiveError(f"{what} did not finish within {timeout:g} s (--model-load-timeout-secs)",
-                               Code.UNAVAILABLE) from None
+            raise self.step_error(f"{what} did not finish within {timeout:g} s (--model-load-timeout-secs)",
+                                   Code.UNAVAILABLE) from None
 
     # --- memory ------------------------------------------------------------------------------------------------
 
@@ -437,7 +279,7 @@ class Residency:
         return int(sum(self._overheads) / len(self._overheads)) if self._overheads else 0
 
     def _too_big(self, target: str, need: int) -> str:
-        # "Out of memory" makes it a 507, as Triton's SageMaker server answers out-of-memory load failures.
+        # Worded as an allocation failure is ("Out of memory"): SageMaker answers both 507 (naiad.sagemaker.contract).
         return (f"Out of memory: model '{target}' needs {format_size(need)}, more than the memory limit of "
                 f"{format_size(self.memory_limit or 0)} (--model-memory-limit)")
 
@@ -491,17 +333,14 @@ class Residency:
             gone.set()
             self._changed()
         self.stats.unloading.add(time.perf_counter() - started)
-        log.info("unloaded SageMaker model '%s' (key %s)", resident.target, resident.key)
+        log.info("unloaded %s '%s' (key %s)", self.kind, resident.target, resident.key)
 
     async def _discard(self, repository: Path, names: list[str]) -> None:
-        """Unload ``names`` (and their dependents), wait for their finalize(), forget the repository."""
+        """Unload ``names`` (and their dependents), wait for their finalize(), unregister the repository."""
         for name in names:
             await self.control.unload_model(name, unload_dependents=True)
         await self.control.settle()
-        for name, entry in list(self.repository.models.items()):
-            if entry.path.parent == repository and not entry.versions:
-                del self.repository.models[name]
-        self.repository.registered.pop(repository, None)
+        self.repository.unregister(repository, missing_ok=True)
 
 
 def _on_thread(call: Callable[[], T]) -> asyncio.Future[T]:
@@ -530,14 +369,6 @@ def _on_thread(call: Callable[[], T]) -> asyncio.Future[T]:
 
     threading.Thread(target=run, name="naiad-fetch", daemon=True).start()
     return future
-
-
-def _is_ensemble(folder: Path) -> bool:
-    try:
-        config, _ = load_config(folder, "")
-    except InferError:
-        return False
-    return config.platform == ENSEMBLE_PLATFORM
 
 
 def _disk_size(folder: Path) -> int:

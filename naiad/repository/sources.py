@@ -155,12 +155,12 @@ class _Progress:
                 time.perf_counter() - self.started, self.rate())
 
 
-# --- SageMaker's model data url -------------------------------------------------------------------------------------
+# --- a store of model archives -------------------------------------------------------------------------------------
 
 
 class ModelDataSource:
-    """SageMaker's ModelDataUrl for a multi-model endpoint: a local folder or ``s3://bucket/prefix/`` holding
-    model archives, which invocations name by their path below it (``TargetModel``)."""
+    """A local folder or ``s3://bucket/prefix/`` holding model archives, fetched one at a time by their path
+    below it (SageMaker's ModelDataUrl is one: invocations name the archive as ``TargetModel``)."""
 
     def __init__(self, url: str) -> None:
         self.url = url

@@ -1,4 +1,5 @@
-"""SageMaker's endpoint metrics (CloudWatch's names, as Prometheus families) next to Triton's ``nv_*`` ones:
+"""SageMaker's endpoint metrics, CloudWatch's names: the counters the SageMaker front end and the residency keep
+(``EndpointStats``), and the Prometheus families the metrics page shows them as, next to Triton's ``nv_*`` ones:
 invocations and their errors and latencies, and the multi-model residency: loaded models, cache hits, load,
 download, wait and unload times, and the memory the loaded models use against ``--model-memory-limit``.
 Durations are microseconds, as SageMaker reports them.
@@ -7,26 +8,38 @@ Durations are microseconds, as SageMaker reports them.
 from __future__ import annotations
 
 from collections.abc import Iterator
-from typing import Any
+from dataclasses import dataclass, field
+from typing import Any, Callable
 
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric, SummaryMetricFamily
 from prometheus_client.registry import Collector
 
-from naiad.service import Service
+from naiad.core.cache_stats import CacheStats, Timing
 
 
-def _summary(name: str, help: str, timing: Any) -> Metric:
-    """``timing``: a residency ``Timing`` (count, sum_us)."""
+@dataclass
+class EndpointStats(CacheStats):
+    """The model cache's counters, and the invocations' (CloudWatch's names in the comments)."""
+    invocations: int = 0  # Invocations
+    errors_4xx: int = 0  # Invocation4XXErrors
+    errors_5xx: int = 0  # Invocation5XXErrors
+    model_latency: Timing = field(default_factory=Timing)  # ModelLatency: in the model
+    overhead_latency: Timing = field(default_factory=Timing)  # OverheadLatency: the rest of the request
+
+
+def _summary(name: str, help: str, timing: Timing) -> Metric:
     return SummaryMetricFamily(name, help, count_value=timing.count, sum_value=timing.sum_us)
 
 
 class SageMakerCollector(Collector):
-    def __init__(self, service: Service) -> None:
-        self.service = service
+    """``figures``: what the service's ``sagemaker_metrics`` returns, read at each scrape."""
+
+    def __init__(self, figures: Callable[[], dict[str, Any]]) -> None:
+        self.figures = figures
 
     def collect(self) -> Iterator[Metric]:
-        figures = self.service.sagemaker_metrics()
-        stats = figures["stats"]
+        figures = self.figures()
+        stats: EndpointStats = figures["stats"]
         yield CounterMetricFamily("sagemaker_invocations", "Invocations: requests sent to a model", stats.invocations)
         yield CounterMetricFamily("sagemaker_invocation_4xx_errors",
                                   "Invocation4XXErrors: invocations answered with a 4xx status", stats.errors_4xx)

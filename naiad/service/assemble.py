@@ -12,7 +12,7 @@ from pathlib import Path
 from naiad.repository.control import ModelControl
 from naiad.repository.layout import model_dirs
 from naiad.repository.manager import ModelRepository, RepositoryOptions
-from naiad.repository.model_cache import Residency
+from naiad.sagemaker.residency import Residency
 from naiad.service.face import Service
 
 

@@ -17,7 +17,7 @@ import psutil
 from naiad.core.stats import ModelStats
 from naiad.repository.manager import ModelRepository
 from naiad.repository.model import ModelVersion
-from naiad.repository.model_cache import Residency
+from naiad.sagemaker.residency import Residency
 from naiad.service.watch import Series, Watcher
 
 

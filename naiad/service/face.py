@@ -27,7 +27,8 @@ from naiad.repository.consent import CodeConsent
 from naiad.repository.control import ModelControl
 from naiad.repository.manager import ModelRepository
 from naiad.repository.model import ModelVersion
-from naiad.repository.model_cache import Residency, ResidencyStats
+from naiad.sagemaker.counters import EndpointStats
+from naiad.sagemaker.residency import Residency
 from naiad.service.dashboard import models as dashboard_models
 from naiad.service.dashboard import process as process_figures
 from naiad.service.dashboard import residency_summary
@@ -347,7 +348,7 @@ class Service:
         ``InferError``)."""
         await self._residency().ensure(target)
 
-    def sagemaker_stats(self) -> ResidencyStats:
+    def sagemaker_stats(self) -> EndpointStats:
         """The endpoint's counters (CloudWatch's): plain numbers the SageMaker front end adds its invocations to."""
         return self._residency().stats
 

@@ -41,7 +41,7 @@ class MetricsService:
         self.options = options
         self.models = ModelCollector(service, options)
         self.cpu = CpuCollector() if options.cpu else None
-        self.sagemaker = SageMakerCollector(service) if service.sagemaker else None
+        self.sagemaker = SageMakerCollector(service.sagemaker_metrics) if service.sagemaker else None
         self._server: asyncio.base_events.Server | None = None
         self._sampler: asyncio.Task | None = None
 

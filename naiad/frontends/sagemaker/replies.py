@@ -1,5 +1,6 @@
 """What every SageMaker route shares: the target-model header and the replies the multi-model API answers with
-(here, apart from ``routes.py``, so the runtime front door can use them without importing its router)."""
+(here, apart from ``routes.py``, so the runtime front door can use them without importing its router). The
+header's name, the mismatch wording and which errors are a 507 are SageMaker's contract (``naiad.sagemaker``)."""
 
 from __future__ import annotations
 
@@ -9,21 +10,13 @@ import orjson
 
 from naiad.core.errors import InferError
 from naiad.frontends.replies import Reply
-from naiad.service import exhausted_budget, is_out_of_memory
+from naiad.sagemaker.contract import MISMATCH, TARGET_MODEL, exhausted_budget, is_out_of_memory
 
 log = logging.getLogger("naiad.sagemaker")
-
-TARGET_MODEL = b"x-amzn-sagemaker-target-model"
-
 
 def target_model(headers: dict[bytes, bytes]) -> str:
     """The target-model header as text; bytes that aren't UTF-8 name no model (they were a 500 before)."""
     return headers.get(TARGET_MODEL, b"").decode("utf-8", "replace")
-
-
-# Later Triton (server PR #8923) refuses a header naming another model than the one loaded under the url's key:
-# honouring it let a request meant for one model run, or unload, another.
-MISMATCH = "X-Amzn-SageMaker-Target-Model header does not match the model requested in the URL"
 
 
 def mismatched(headers: dict[bytes, bytes], resident: dict[str, str], action: str) -> Reply | None:

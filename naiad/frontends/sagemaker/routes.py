@@ -20,10 +20,11 @@ from naiad.frontends.http.options import HttpOptions
 from naiad.frontends.http.routes import Router
 from naiad.frontends.replies import Deferred, Reply, Streamed, error_reply
 from naiad.frontends.sagemaker import codec
-from naiad.sagemaker.options import SageMakerOptions
 from naiad.frontends.sagemaker.replies import bare, mismatched, sagemaker_error, target_model
 from naiad.frontends.sagemaker.runtime import RuntimeDoor
-from naiad.service import Service, UrlRefused
+from naiad.sagemaker.contract import UrlRefused
+from naiad.sagemaker.options import SageMakerOptions
+from naiad.service import Service
 
 log = logging.getLogger("naiad.sagemaker")
 

@@ -23,7 +23,7 @@ import orjson
 from naiad.core.errors import Code, InferError
 from naiad.frontends.replies import Deferred, Reply, Streamed, error_reply
 from naiad.frontends.sagemaker.replies import sagemaker_error, target_model
-from naiad.service import ArchiveError
+from naiad.sagemaker.contract import ArchiveError
 
 if TYPE_CHECKING:
     from naiad.frontends.sagemaker.routes import SageMakerRouter
