@@ -372,7 +372,10 @@ def clean_env(monkeypatch: pytest.MonkeyPatch) -> pytest.MonkeyPatch:
         if name.startswith("SAGEMAKER_"):
             monkeypatch.delenv(name)
     for name in ("SAGEMAKER_TRITON_PING_MODE", "SAGEMAKER_TRITON_DEFAULT_MODEL_NAME"):
-        monkeypatch.delenv(name, raising=False)
+        # Set, then removed: monkeypatch records only what it changes, so an absent name must be changed to be
+        # removed again after main() exports it (it leaked into the servers later tests start).
+        monkeypatch.setenv(name, "")
+        monkeypatch.delenv(name)
     return monkeypatch
 
 
