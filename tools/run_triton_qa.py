@@ -1,0 +1,428 @@
+"""Run Triton's own QA suites and tritonclient's example scripts against naiad (or, to compare, a real
+tritonserver), from checkouts you provide: nothing is fetched and nothing of theirs is copied into naiad.
+
+    python tools/run_triton_qa.py --server-repo ~/src/server --client-repo ~/src/client \
+        [--python-backend-repo ~/src/python_backend] [--suites L0_http,L0_grpc,...] [--isolate]
+
+Take the checkouts at the release naiad follows (``r24.10``). The QA folders are copied into a work folder and
+their own ``test.sh`` runs there, so the model folders are the ones each ``test.sh`` builds; ``tritonserver`` is
+a wrapper that starts naiad with the same flags. What Triton's CI takes from elsewhere is made here on CPU:
+``$DATADIR``'s repositories by the checkout's own ``qa/common/gen_qa_*_models.py --onnx``, and the example
+repository (``simple``, ``simple_int8``, ``simple_string`` as ONNX graphs with the same names, dims and
+arithmetic as Triton's TensorFlow ones; ``simple_identity`` in Python; an ONNX image classifier with densenet's
+signature and random weights). Package installs, GPU probes and git clones in the scripts are stubbed.
+Each test is counted from the JUnit files of its pytest run; every test runs under a timeout (a hang is a
+failure). The QA files hard-code ports 8000-8002: ``--isolate`` runs everything in a private network namespace
+(``unshare -rn``) so that a busy port on the host does not matter."""
+
+from __future__ import annotations
+
+import argparse
+import os
+import shlex
+import shutil
+import subprocess
+import sys
+import textwrap
+import time
+import xml.etree.ElementTree as ET
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+SUITES = ("L0_http", "L0_grpc", "L0_parameters", "L0_backend_python")
+# L0_backend_python's subtests, each its own test.sh. Left out, with the reason the report prints.
+BACKEND_PYTHON_SKIPPED = {
+    "env": "builds conda-pack environments and a custom stub (network, C++ build)",
+    "variants": "rebuilds the python backend stub with other flags (C++ build)",
+    "restart": "not run by Triton's own test.sh either",
+    "examples": "covered by the example clients below (jax/pytorch need packages naiad's CI lacks)",
+}
+BACKEND_PYTHON_SUBTESTS = ("ensemble", "bls", "decoupled", "response_sender", "io", "python_based_backends",
+                           "async_execute", "lifecycle", "argument_validation", "logging", "custom_metrics",
+                           "model_control", "request_rescheduling")
+
+# Tests that cannot run here whatever the server: the reason is printed with the skip.
+SKIP_TESTS = {
+    "BasicAuthTest": "needs nginx in front of the server as a basic-auth proxy",
+    "BasicAuthAsyncTest": "needs nginx in front of the server as a basic-auth proxy",
+}
+
+SIMPLE_CONFIG = """
+    name: "{name}"
+    platform: "onnxruntime_onnx"
+    max_batch_size: 8
+    input [{{ name: "INPUT0", data_type: {t}, dims: [ 16 ] }}, {{ name: "INPUT1", data_type: {t}, dims: [ 16 ] }}]
+    output [{{ name: "OUTPUT0", data_type: {t}, dims: [ 16 ] }}, {{ name: "OUTPUT1", data_type: {t}, dims: [ 16 ] }}]
+"""
+IDENTITY_CONFIG = """
+    name: "simple_identity"
+    backend: "python"
+    max_batch_size: 8
+    input [{ name: "INPUT0", data_type: TYPE_STRING, dims: [ -1 ] }]
+    output [{ name: "OUTPUT0", data_type: TYPE_STRING, dims: [ -1 ] }]
+"""
+IDENTITY_MODEL = """
+    import triton_python_backend_utils as pb_utils
+
+    class TritonPythonModel:
+        def execute(self, requests):
+            return [pb_utils.InferenceResponse([pb_utils.Tensor("OUTPUT0", r.inputs()[0].as_numpy())])
+                    for r in requests]
+"""
+CLASSIFIER_CONFIG = """
+    name: "{name}"
+    platform: "onnxruntime_onnx"
+    max_batch_size: 0
+    input [{{ name: "data_0", data_type: TYPE_FP32, format: FORMAT_NCHW, dims: [ 3, 224, 224 ],
+              reshape {{ shape: [ 1, 3, 224, 224 ] }} }}]
+    output [{{ name: "fc6_1", data_type: TYPE_FP32, dims: [ 1000 ], reshape {{ shape: [ 1, 1000, 1, 1 ] }},
+               label_filename: "labels.txt" }}]
+"""
+
+
+def build_example_repository(repo: Path) -> None:
+    """Triton's docs/examples/model_repository as far as CPU and naiad's backends go."""
+    from tests import onnx_graphs as g
+
+    for name, t in (("simple", "TYPE_INT32"), ("simple_int8", "TYPE_INT8")):
+        g.write(repo, name, g.add_sub(t, [16]), SIMPLE_CONFIG.format(name=name, t=t))
+    g.write(repo, "simple_string", g.string_add_sub([16]), SIMPLE_CONFIG.format(name="simple_string",
+                                                                                 t="TYPE_STRING"))
+    folder = repo / "simple_identity"
+    (folder / "1").mkdir(parents=True, exist_ok=True)
+    (folder / "config.pbtxt").write_text(textwrap.dedent(IDENTITY_CONFIG))
+    (folder / "1" / "model.py").write_text(textwrap.dedent(IDENTITY_MODEL))
+    for name in ("densenet_onnx", "inception_graphdef"):
+        folder = g.write(repo, name, g.image_classifier(), CLASSIFIER_CONFIG.format(name=name))
+        (folder / "labels.txt").write_text("".join(f"CLASS_{i}\n" for i in range(1000)))
+
+
+def generate_datadir(server_repo: Path, data: Path) -> None:
+    """The ONNX part of $DATADIR, made by the checkout's own generators."""
+    common = server_repo / "qa" / "common"
+    for script, folder in (("gen_qa_identity_models.py", "qa_identity_model_repository"),
+                           ("gen_qa_models.py", "qa_model_repository"),
+                           ("gen_qa_implicit_models.py", "qa_sequence_implicit_model_repository")):
+        if (data / folder).exists():
+            continue
+        subprocess.run([sys.executable, script, "--onnx", "--models_dir", str(data / folder)], cwd=common,
+                       check=True, stdout=subprocess.DEVNULL)
+
+
+SHIM_NOOP = "#!/bin/sh\necho \"[qa shim] skipped: $(basename $0) $*\" >&2\nexit 0\n"
+SHIM_FAIL = "#!/bin/sh\necho \"[qa shim] not available: $(basename $0) $*\" >&2\nexit 1\n"
+
+# `python x_test.py [Class[.test]]`: run as the script would (unittest.main), with a result that also writes a
+# JUnit file, so every test is counted. Anything else goes to the interpreter unchanged.
+PYTHON_SHIM = """#!{python}
+import os, sys
+args = sys.argv[1:]
+if args and args[0].endswith(".py") and os.path.exists(args[0]) and "test" in os.path.basename(args[0]):
+    sys.path.insert(0, {tools!r})
+    import qa_unittest_shim
+    qa_unittest_shim.run(args)
+os.execv({python!r}, [{python!r}, *args])
+"""
+
+GIT_SHIM = """#!/bin/sh
+# git clone .../python_backend [-b tag] [dest]: the local checkout instead
+for last; do :; done
+case "$*" in
+  *clone*python_backend*) dest=python_backend; case "$last" in *python_backend*|-*) ;; *) dest=$last;; esac
+     rm -rf "$dest"; exec cp -r "$QA_PYTHON_BACKEND" "$dest" ;;
+esac
+echo "[qa shim] skipped: git $*" >&2
+exit 0
+"""
+
+NAIAD_WRAPPER = """#!/bin/sh
+# tritonserver's command line, served by naiad
+PYTHONPATH="$QA_NAIAD_ROOT" exec {python} -m naiad serve "$@"
+"""
+
+TRITON_WRAPPER = """#!/bin/sh
+# the real tritonserver (peers/triton.sh), with its python backend
+export LD_LIBRARY_PATH="$QA_TRITON_LIBS${{LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}}"
+unset PYTHONPATH PYTHONHOME
+args=""
+for a in "$@"; do case "$a" in --backend-directory=*) ;; *) args="$args $(printf %s "$a" | sed "s/'/'\\\\\\\\''/g; s/^/'/; s/$/'/")";; esac; done
+eval exec "$QA_TRITON_BIN" --backend-directory="$QA_TRITON_BACKENDS" $args
+"""
+
+
+def make_tools(work: Path, target: str, triton_bin: str | None) -> dict[str, str]:
+    shims = work / "shims"
+    shims.mkdir(parents=True, exist_ok=True)
+    for name in ("pip", "pip3", "apt", "apt-get", "wget", "nginx", "service", "go", "virtualenv", "conda",
+                 "aws", "gsutil", "az", "nvidia-smi", "valgrind"):
+        (shims / name).write_text(SHIM_NOOP)
+    for name in ("python", "python3"):
+        (shims / name).write_text(PYTHON_SHIM.format(python=sys.executable, tools=str(ROOT / "tools")))
+    (shims / "git").write_text(GIT_SHIM)
+    triton_dir = work / "tritonserver"
+    (triton_dir / "bin").mkdir(parents=True, exist_ok=True)
+    (triton_dir / "backends").mkdir(exist_ok=True)
+    env = {}
+    if target == "naiad":
+        (triton_dir / "bin" / "tritonserver").write_text(NAIAD_WRAPPER.format(python=sys.executable))
+    else:
+        assert triton_bin
+        root = Path(triton_bin).resolve().parent.parent
+        (triton_dir / "bin" / "tritonserver").write_text(TRITON_WRAPPER.format())
+        env = {"QA_TRITON_BIN": triton_bin, "QA_TRITON_BACKENDS": str(root / "backends"),
+               "QA_TRITON_LIBS": str(root.parent.parent / "nvidia_pytriton.libs")}
+    for f in list(shims.iterdir()) + [triton_dir / "bin" / "tritonserver"]:
+        f.chmod(0o755)
+    return {"PATH": f"{shims}:{os.environ['PATH']}", "TRITON_DIR": str(triton_dir), **env}
+
+
+UTIL_OVERRIDES = """
+
+# --- naiad QA harness: no virtual environments (the harness's interpreter has the packages) ---
+function setup_virtualenv() { :; }
+function deactivate_virtualenv() { :; }
+function gdb_helper() { :; }
+"""
+
+
+def prepare_qa(server_repo: Path, qa: Path, examples: Path) -> None:
+    src = server_repo / "qa"
+    for name in ("common", "python_models", "images", *SUITES):
+        if (qa / name).exists():
+            shutil.rmtree(qa / name)
+        shutil.copytree(src / name, qa / name, symlinks=True)
+    with open(qa / "common" / "util.sh", "a") as f:
+        f.write(UTIL_OVERRIDES)
+    for suite in ("L0_http", "L0_grpc"):
+        shutil.copytree(examples, qa / suite / "models", dirs_exist_ok=True)
+    # L0_parameters names its server by absolute path; the harness's wrapper stands in.
+    script = qa / "L0_parameters" / "test.sh"
+    script.write_text(script.read_text().replace("SERVER=/opt/tritonserver/bin/tritonserver",
+                                                 "SERVER=${TRITON_DIR}/bin/tritonserver"))
+    # L0_backend_python's top-level script: its own checks, then the harness runs the subtests one by one.
+    script = qa / "L0_backend_python" / "test.sh"
+    text = script.read_text()
+    cut = text.find('if [ "$TEST_JETSON" == "0" ]; then\n    SUBTESTS=')
+    if cut > 0:
+        script.write_text(text[:cut] + "exit $RET\n")
+
+
+def junit_results(folder: Path, since: float) -> list[tuple[str, str, str]]:
+    out = []
+    for xml in sorted(folder.rglob("*.xml")):
+        if xml.stat().st_mtime < since or "models" in xml.parts:
+            continue
+        try:
+            root = ET.parse(xml).getroot()
+        except ET.ParseError:
+            continue
+        for case in root.iter("testcase"):
+            name = f"{case.get('classname')}.{case.get('name')}"
+            status, why = "pass", ""
+            for child in case:
+                if child.tag in ("failure", "error"):
+                    status, why = "fail", (child.get("message") or "").splitlines()[0][:160] if child.get(
+                        "message") else child.tag
+                elif child.tag == "skipped":
+                    status, why = "skip", (child.get("message") or "")[:160]
+            skip = next((r for k, r in SKIP_TESTS.items() if k in name), None)
+            out.append((name, "skip", skip) if skip else (name, status, why))
+    return out
+
+
+def run_script(folder: Path, env: dict[str, str], timeout: float, log: Path) -> None:
+    with open(log, "wb") as f:
+        proc = subprocess.Popen(["bash", "-x", "test.sh", "24.10"], cwd=folder, env=env, stdout=f,
+                                stderr=subprocess.STDOUT, start_new_session=True)
+        try:
+            proc.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            f.write(b"\n[qa harness] test.sh timed out\n")
+        # a server the script left behind (timed out, or not killed) must not hold the ports for the next one
+        try:
+            os.killpg(proc.pid, 9)
+        except ProcessLookupError:
+            pass
+        proc.wait()
+    time.sleep(1)
+
+
+# tritonclient's example scripts: (script, arguments, server repository flags, what the output must contain)
+EXAMPLES: list[tuple[str, list[str], list[str], str]] = [
+    ("simple_http_infer_client.py", ["-v"], [], ""),
+    ("simple_http_async_infer_client.py", ["-v"], [], ""),
+    ("simple_http_aio_infer_client.py", ["-v"], [], ""),
+    ("simple_http_string_infer_client.py", ["-v"], [], ""),
+    ("simple_http_health_metadata.py", ["-v"], [], ""),
+    ("simple_http_shm_client.py", ["-v"], [], ""),
+    ("simple_http_shm_string_client.py", ["-v"], [], ""),
+    ("reuse_infer_objects_client.py", ["-v"], [], ""),
+    ("simple_grpc_infer_client.py", ["-v"], [], ""),
+    ("simple_grpc_async_infer_client.py", ["-v"], [], ""),
+    ("simple_grpc_aio_infer_client.py", ["-v"], [], ""),
+    ("simple_grpc_string_infer_client.py", ["-v"], [], ""),
+    ("simple_grpc_health_metadata.py", ["-v"], [], ""),
+    ("simple_grpc_shm_client.py", ["-v"], [], ""),
+    ("simple_grpc_shm_string_client.py", ["-v"], [], ""),
+    ("simple_grpc_custom_args_client.py", ["-v"], [], ""),
+    ("simple_grpc_custom_repeat.py", ["-v"], [], ""),
+    ("simple_grpc_keepalive_client.py", ["-v"], [], ""),
+    ("grpc_client.py", ["-v"], [], ""),
+    ("grpc_explicit_byte_content_client.py", ["-v"], [], ""),
+    ("grpc_explicit_int_content_client.py", ["-v"], [], ""),
+    ("grpc_explicit_int8_content_client.py", ["-v"], [], ""),
+    ("image_client.py", ["-m", "densenet_onnx", "-s", "INCEPTION", "-c", "3", "@IMAGE"], [], "CLASS_"),
+    ("image_client.py", ["-m", "densenet_onnx", "-s", "INCEPTION", "-c", "1", "-a", "@IMAGE"], [], "CLASS_"),
+    ("image_client.py", ["-m", "densenet_onnx", "-s", "INCEPTION", "-c", "1", "--streaming", "-i", "gRPC",
+                         "-u", "localhost:8001", "@IMAGE"], [], "CLASS_"),
+    ("image_client.py", ["-m", "densenet_onnx", "-s", "INCEPTION", "-c", "1", "-a", "-i", "gRPC",
+                         "-u", "localhost:8001", "@IMAGE"], [], "CLASS_"),
+    ("grpc_image_client.py", ["-m", "densenet_onnx", "-s", "INCEPTION", "-c", "3", "@IMAGE"], [], "CLASS_"),
+    ("grpc_image_client.py", ["-m", "densenet_onnx", "-s", "INCEPTION", "-c", "1", "--streaming", "@IMAGE"], [],
+     "CLASS_"),
+    ("simple_http_model_control.py", ["-v"], ["--model-control-mode=explicit"], ""),
+    ("simple_grpc_model_control.py", ["-v"], ["--model-control-mode=explicit", "--allow-model-code-upload"], ""),
+]
+EXAMPLES_SKIPPED = {
+    "simple_http_cudashm_client.py": "CUDA shared memory (GPU)",
+    "simple_grpc_cudashm_client.py": "CUDA shared memory (GPU)",
+    "simple_http_sequence_sync_infer_client.py": "simple_sequence is a C++ custom backend",
+    "simple_grpc_sequence_sync_infer_client.py": "simple_sequence is a C++ custom backend",
+    "simple_grpc_sequence_stream_infer_client.py": "simple_sequence is a C++ custom backend",
+    "simple_grpc_aio_sequence_stream_infer_client.py": "simple_sequence is a C++ custom backend",
+    "ensemble_image_client.py": "its ensemble uses the DALI/image-preprocess C++ backends",
+    "memory_growth_test.py": "a soak test, run by L0_memory_growth",
+}
+
+
+def run_examples(client_repo: Path, examples: Path, env: dict[str, str], image: Path,
+                 log_dir: Path) -> list[tuple[str, str, str]]:
+    scripts = client_repo / "src" / "python" / "examples"
+    results = []
+    by_flags: dict[tuple[str, ...], list] = {}
+    for entry in EXAMPLES:
+        by_flags.setdefault(tuple(entry[2]), []).append(entry)
+    server = Path(env["TRITON_DIR"]) / "bin" / "tritonserver"
+    for flags, entries in by_flags.items():
+        log = open(log_dir / f"examples-server{len(results)}.log", "wb")
+        proc = subprocess.Popen([str(server), f"--model-repository={examples}", *flags], env=env, stdout=log,
+                                stderr=subprocess.STDOUT, start_new_session=True)
+        try:
+            _wait_ready(proc)
+            for script, args, _, expect in entries:
+                argv = [sys.executable, str(scripts / script), *[str(image) if a == "@IMAGE" else a for a in args]]
+                name = f"examples.{script} {' '.join(args).replace('@IMAGE', 'IMAGE')}".strip()
+                try:
+                    run = subprocess.run(argv, env=env, capture_output=True, timeout=60, cwd=log_dir)
+                    text = (run.stdout + run.stderr).decode(errors="replace")
+                    ok = run.returncode == 0 and expect in text
+                    why = "" if ok else (text.strip().splitlines() or [f"exit {run.returncode}"])[-1][:160]
+                except subprocess.TimeoutExpired:
+                    ok, why = False, "timed out (60 s)"
+                results.append((name, "pass" if ok else "fail", why))
+        finally:
+            os.killpg(proc.pid, 15)
+            proc.wait(timeout=30)
+            log.close()
+    results += [(f"examples.{s}", "skip", why) for s, why in EXAMPLES_SKIPPED.items()]
+    return results
+
+
+def _wait_ready(proc: subprocess.Popen, timeout: float = 90) -> None:
+    import http.client
+
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            raise RuntimeError("the server exited before it was ready")
+        try:
+            conn = http.client.HTTPConnection("localhost", 8000, timeout=2)
+            conn.request("GET", "/v2/health/ready")
+            if conn.getresponse().status == 200:
+                return
+        except OSError:
+            pass
+        time.sleep(0.2)
+    raise RuntimeError("the server did not become ready")
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--server-repo", type=Path, required=True, help="checkout of triton-inference-server/server")
+    parser.add_argument("--client-repo", type=Path, required=True, help="checkout of triton-inference-server/client")
+    parser.add_argument("--python-backend-repo", type=Path,
+                        help="checkout of triton-inference-server/python_backend (for the subtests that clone it)")
+    parser.add_argument("--work", type=Path, default=Path("/tmp/naiad-triton-qa"), help="work folder")
+    parser.add_argument("--suites", default=",".join((*SUITES, "examples")),
+                        help="comma-separated: L0_http, L0_grpc, L0_parameters, L0_backend_python, "
+                             "L0_backend_python/<subtest>, examples")
+    parser.add_argument("--target", choices=("naiad", "triton"), default="naiad")
+    parser.add_argument("--triton-bin", help="tritonserver binary, for --target=triton (peers/triton.sh path)")
+    parser.add_argument("--timeout", type=int, default=120, help="seconds per test")
+    parser.add_argument("--suite-timeout", type=int, default=1500, help="seconds per test.sh")
+    parser.add_argument("--isolate", action="store_true", help="run in a private network namespace")
+    args = parser.parse_args(argv)
+    if args.isolate and os.environ.get("QA_ISOLATED") != "1":
+        inner = [sys.executable, *sys.argv]
+        cmd = f"ip link set lo up 2>/dev/null; QA_ISOLATED=1 exec {shlex.join(inner)}"
+        return subprocess.call(["unshare", "-rn", "sh", "-c", cmd])
+
+    work = args.work.resolve()
+    work.mkdir(parents=True, exist_ok=True)
+    data, qa, examples = work / "data", work / "qa", work / "examples"
+    generate_datadir(args.server_repo.resolve(), data)
+    if examples.exists():
+        shutil.rmtree(examples)
+    build_example_repository(examples)
+    prepare_qa(args.server_repo.resolve(), qa, examples)
+    env = {**os.environ, **make_tools(work, args.target, args.triton_bin), "DATADIR": str(data),
+           "REPO_VERSION": "24.10", "NVIDIA_TRITON_SERVER_VERSION": "24.10", "TEST_JETSON": "0",
+           "TEST_WINDOWS": "0", "QA_NAIAD_ROOT": str(ROOT),
+           "QA_PYTHON_BACKEND": str((args.python_backend_repo or work / "missing-python-backend").resolve()),
+           "PYTEST_ADDOPTS": f"-p no:cacheprovider --timeout={args.timeout}", "SERVER_TIMEOUT": "120"}
+    env.pop("PYTHONPATH", None)
+
+    wanted = args.suites.split(",")
+    results: list[tuple[str, str, str]] = []
+    logs = work / "logs"
+    logs.mkdir(exist_ok=True)
+    for suite in wanted:
+        if suite == "examples":
+            continue
+        parts = suite.split("/")
+        if parts[0] == "L0_backend_python" and len(parts) == 1:
+            units = [qa / "L0_backend_python"] + [qa / "L0_backend_python" / s for s in BACKEND_PYTHON_SUBTESTS]
+        else:
+            units = [qa.joinpath(*parts)]
+        for unit in units:
+            started = time.time()
+            label = unit.relative_to(qa).as_posix()
+            print(f"== {label}", flush=True)
+            run_script(unit, env, args.suite_timeout, logs / (label.replace("/", "_") + ".log"))
+            found = [(f"{label}:{n}", s, w) for n, s, w in junit_results(unit, started)]
+            if not found:
+                found = [(f"{label}:(no test ran)", "fail", "see " + str(logs / (label.replace('/', '_') + '.log')))]
+            results += found
+            _print(found)
+    if "L0_backend_python" in wanted:
+        results += [(f"L0_backend_python/{s}", "skip", why) for s, why in BACKEND_PYTHON_SKIPPED.items()]
+    if "examples" in wanted:
+        print("== examples", flush=True)
+        found = run_examples(args.client_repo.resolve(), examples, env, qa / "images" / "vulture.jpeg", logs)
+        results += found
+        _print(found)
+    counts = {s: sum(1 for _, st, _ in results if st == s) for s in ("pass", "fail", "skip")}
+    print(f"\n{counts['pass']} passed, {counts['fail']} failed, {counts['skip']} skipped "
+          f"(target: {args.target}; logs in {logs})")
+    return 1 if counts["fail"] else 0
+
+
+def _print(results: list[tuple[str, str, str]]) -> None:
+    for name, status, why in results:
+        print(f"  {status.upper():4} {name}" + (f"  -- {why}" if why and status != "pass" else ""), flush=True)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
