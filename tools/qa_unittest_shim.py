@@ -13,6 +13,22 @@ import unittest
 import xml.etree.ElementTree as ET
 
 
+# Scripts that cannot run here whatever the server; their tests are recorded as skipped, and the script
+# succeeds so that the test.sh around it goes on.
+SKIPPED_SCRIPTS = {
+    "http_basic_auth_test.py": "needs nginx in front of the server as a basic-auth proxy",
+    "grpc_basic_auth_test.py": "needs nginx in front of the server as a basic-auth proxy",
+}
+
+
+def _tests(suite: unittest.TestSuite):  # type: ignore[no-untyped-def]
+    for item in suite:
+        if isinstance(item, unittest.TestSuite):
+            yield from _tests(item)
+        else:
+            yield item
+
+
 class _Recorder(unittest.TextTestResult):
     records: list[tuple[str, str, str, str]] = []
 
@@ -72,6 +88,13 @@ def run(args: list[str]) -> None:
     original = unittest.main
 
     def main(*a, **kw):  # type: ignore[no-untyped-def]
+        reason = SKIPPED_SCRIPTS.get(os.path.basename(script))
+        if reason:
+            for test in _tests(unittest.defaultTestLoader.loadTestsFromModule(sys.modules["__main__"])):
+                _Recorder.records.append((f"{type(test).__module__}.{type(test).__name__}",
+                                          test._testMethodName, "skipped", reason))
+            _write(out)
+            sys.exit(0)
         kw.setdefault("testRunner", unittest.TextTestRunner(resultclass=_Recorder, verbosity=2))
         kw["exit"] = False
         result = original(*a, **kw)

@@ -18,6 +18,7 @@ failure). The QA files hard-code ports 8000-8002: ``--isolate`` runs everything 
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import os
 import shlex
 import shutil
@@ -43,12 +44,6 @@ BACKEND_PYTHON_SUBTESTS = ("ensemble", "bls", "decoupled", "response_sender", "i
                            "async_execute", "lifecycle", "argument_validation", "logging", "custom_metrics",
                            "model_control", "request_rescheduling")
 
-# Tests that cannot run here whatever the server: the reason is printed with the skip.
-SKIP_TESTS = {
-    "BasicAuthTest": "needs nginx in front of the server as a basic-auth proxy",
-    "BasicAuthAsyncTest": "needs nginx in front of the server as a basic-auth proxy",
-}
-
 SIMPLE_CONFIG = """
     name: "{name}"
     platform: "onnxruntime_onnx"
@@ -71,14 +66,62 @@ IDENTITY_MODEL = """
             return [pb_utils.InferenceResponse([pb_utils.Tensor("OUTPUT0", r.inputs()[0].as_numpy())])
                     for r in requests]
 """
+SEQUENCE_CONFIG = """
+    name: "simple_sequence"
+    backend: "python"
+    max_batch_size: 8
+    sequence_batching {
+      control_input [{ name: "START", control [{ kind: CONTROL_SEQUENCE_START, int32_false_true: [ 0, 1 ] }] },
+                     { name: "READY", control [{ kind: CONTROL_SEQUENCE_READY, int32_false_true: [ 0, 1 ] }] }]
+    }
+    input [{ name: "INPUT", data_type: TYPE_INT32, dims: [ 1 ] }]
+    output [{ name: "OUTPUT", data_type: TYPE_INT32, dims: [ 1 ] }]
+"""
+# A stand-in for the C++ simple_sequence (so the repository holds as many models as the QA files count): an
+# accumulator per correlation ID, reset by START. The sequence examples check the C++ one's arithmetic (skipped).
+SEQUENCE_MODEL = """
+    import numpy as np
+    import triton_python_backend_utils as pb_utils
+
+    class TritonPythonModel:
+        def initialize(self, args):
+            self.sums = {}
+
+        def execute(self, requests):
+            responses = []
+            for r in requests:
+                value = pb_utils.get_input_tensor_by_name(r, "INPUT").as_numpy().astype(np.int32)
+                start = pb_utils.get_input_tensor_by_name(r, "START").as_numpy()
+                key = r.correlation_id()
+                total = value if start.any() else self.sums.get(key, 0) + value
+                self.sums[key] = total
+                responses.append(pb_utils.InferenceResponse([pb_utils.Tensor("OUTPUT", total.astype(np.int32))]))
+            return responses
+"""
+PASS_THROUGH_MODEL = """
+    import triton_python_backend_utils as pb_utils
+
+    class TritonPythonModel:
+        def execute(self, requests):
+            return [pb_utils.InferenceResponse([pb_utils.Tensor("OUTPUT0", pb_utils.get_input_tensor_by_name(
+                        r, "INPUT0").as_numpy())]) for r in requests]
+"""
+INCEPTION_CONFIG = """
+    name: "inception_graphdef"
+    platform: "onnxruntime_onnx"
+    max_batch_size: 128
+    input [{ name: "input", data_type: TYPE_FP32, format: FORMAT_NHWC, dims: [ 299, 299, 3 ] }]
+    output [{ name: "InceptionV3/Predictions/Softmax", data_type: TYPE_FP32, dims: [ 1001 ],
+              label_filename: "inception_labels.txt" }]
+"""
 CLASSIFIER_CONFIG = """
-    name: "{name}"
+    name: "densenet_onnx"
     platform: "onnxruntime_onnx"
     max_batch_size: 0
-    input [{{ name: "data_0", data_type: TYPE_FP32, format: FORMAT_NCHW, dims: [ 3, 224, 224 ],
-              reshape {{ shape: [ 1, 3, 224, 224 ] }} }}]
-    output [{{ name: "fc6_1", data_type: TYPE_FP32, dims: [ 1000 ], reshape {{ shape: [ 1, 1000, 1, 1 ] }},
-               label_filename: "labels.txt" }}]
+    input [{ name: "data_0", data_type: TYPE_FP32, format: FORMAT_NCHW, dims: [ 3, 224, 224 ],
+             reshape { shape: [ 1, 3, 224, 224 ] } }]
+    output [{ name: "fc6_1", data_type: TYPE_FP32, dims: [ 1000 ], reshape { shape: [ 1, 1000, 1, 1 ] },
+              label_filename: "labels.txt" }]
 """
 
 
@@ -94,9 +137,28 @@ def build_example_repository(repo: Path) -> None:
     (folder / "1").mkdir(parents=True, exist_ok=True)
     (folder / "config.pbtxt").write_text(textwrap.dedent(IDENTITY_CONFIG))
     (folder / "1" / "model.py").write_text(textwrap.dedent(IDENTITY_MODEL))
-    for name in ("densenet_onnx", "inception_graphdef"):
-        folder = g.write(repo, name, g.image_classifier(), CLASSIFIER_CONFIG.format(name=name))
-        (folder / "labels.txt").write_text("".join(f"CLASS_{i}\n" for i in range(1000)))
+    folder = repo / "simple_sequence"
+    (folder / "1").mkdir(parents=True, exist_ok=True)
+    (folder / "config.pbtxt").write_text(textwrap.dedent(SEQUENCE_CONFIG))
+    (folder / "1" / "model.py").write_text(textwrap.dedent(SEQUENCE_MODEL))
+    folder = g.write(repo, "densenet_onnx", g.image_classifier(), CLASSIFIER_CONFIG)
+    (folder / "labels.txt").write_text("".join(f"CLASS_{i}\n" for i in range(1000)))
+    folder = g.write(repo, "inception_graphdef", _inception(g), INCEPTION_CONFIG)
+    (folder / "inception_labels.txt").write_text("".join(f"CLASS_{i}\n" for i in range(1001)))
+
+
+def _inception(g):  # type: ignore[no-untyped-def]
+    """inception_graphdef's signature (NHWC input [b,299,299,3] -> softmax [b,1001]), random weights."""
+    import numpy as np
+    from onnx import TensorProto, helper
+
+    weights = np.random.default_rng(0).standard_normal((3, 1001)).astype(np.float32)
+    nodes = [helper.make_node("ReduceMean", ["input"], ["pooled"], axes=[1, 2], keepdims=0),
+             helper.make_node("MatMul", ["pooled", "W"], ["logits"]),
+             helper.make_node("Softmax", ["logits"], ["InceptionV3/Predictions/Softmax"], axis=1)]
+    return g.model(nodes, [g.tensor("input", "TYPE_FP32", ["batch", 299, 299, 3])],
+                   [g.tensor("InceptionV3/Predictions/Softmax", "TYPE_FP32", ["batch", 1001])],
+                   [helper.make_tensor("W", TensorProto.FLOAT, [3, 1001], weights.ravel().tolist())])
 
 
 def generate_datadir(server_repo: Path, data: Path) -> None:
@@ -201,6 +263,12 @@ def prepare_qa(server_repo: Path, qa: Path, examples: Path) -> None:
     script = qa / "L0_parameters" / "test.sh"
     script.write_text(script.read_text().replace("SERVER=/opt/tritonserver/bin/tritonserver",
                                                  "SERVER=${TRITON_DIR}/bin/tritonserver"))
+    # L0_parameters' ensemble goes through Triton's C++ test backend "identity"; a Python identity stands in.
+    identity = qa / "L0_parameters" / "model_repository" / "identity"
+    config = identity / "config.pbtxt"
+    config.write_text(config.read_text().replace('backend: "identity"', 'backend: "python"'))
+    (identity / "1").mkdir(exist_ok=True)
+    (identity / "1" / "model.py").write_text(textwrap.dedent(PASS_THROUGH_MODEL))
     # L0_backend_python's top-level script: its own checks, then the harness runs the subtests one by one.
     script = qa / "L0_backend_python" / "test.sh"
     text = script.read_text()
@@ -227,8 +295,7 @@ def junit_results(folder: Path, since: float) -> list[tuple[str, str, str]]:
                         "message") else child.tag
                 elif child.tag == "skipped":
                     status, why = "skip", (child.get("message") or "")[:160]
-            skip = next((r for k, r in SKIP_TESTS.items() if k in name), None)
-            out.append((name, "skip", skip) if skip else (name, status, why))
+            out.append((name, status, why))
     return out
 
 
@@ -274,6 +341,8 @@ EXAMPLES: list[tuple[str, list[str], list[str], str]] = [
     ("grpc_explicit_int_content_client.py", ["-v"], [], ""),
     ("grpc_explicit_int8_content_client.py", ["-v"], [], ""),
     ("image_client.py", ["-m", "densenet_onnx", "-s", "INCEPTION", "-c", "3", "@IMAGE"], [], "CLASS_"),
+    ("image_client.py", ["-m", "inception_graphdef", "-s", "INCEPTION", "-c", "1", "-b", "1", "@IMAGE"], [],
+     "CLASS_"),
     ("image_client.py", ["-m", "densenet_onnx", "-s", "INCEPTION", "-c", "1", "-a", "@IMAGE"], [], "CLASS_"),
     ("image_client.py", ["-m", "densenet_onnx", "-s", "INCEPTION", "-c", "1", "--streaming", "-i", "gRPC",
                          "-u", "localhost:8001", "@IMAGE"], [], "CLASS_"),
@@ -288,18 +357,49 @@ EXAMPLES: list[tuple[str, list[str], list[str], str]] = [
 EXAMPLES_SKIPPED = {
     "simple_http_cudashm_client.py": "CUDA shared memory (GPU)",
     "simple_grpc_cudashm_client.py": "CUDA shared memory (GPU)",
-    "simple_http_sequence_sync_infer_client.py": "simple_sequence is a C++ custom backend",
-    "simple_grpc_sequence_sync_infer_client.py": "simple_sequence is a C++ custom backend",
-    "simple_grpc_sequence_stream_infer_client.py": "simple_sequence is a C++ custom backend",
-    "simple_grpc_aio_sequence_stream_infer_client.py": "simple_sequence is a C++ custom backend",
+    "simple_http_sequence_sync_infer_client.py": "simple_sequence/simple_dyna_sequence are C++ custom backends",
+    "simple_grpc_sequence_sync_infer_client.py": "simple_sequence/simple_dyna_sequence are C++ custom backends",
+    "simple_grpc_sequence_stream_infer_client.py": "simple_sequence/simple_dyna_sequence are C++ custom backends",
+    "simple_grpc_aio_sequence_stream_infer_client.py": "simple_sequence/simple_dyna_sequence are C++ custom "
+                                                       "backends",
     "ensemble_image_client.py": "its ensemble uses the DALI/image-preprocess C++ backends",
     "memory_growth_test.py": "a soak test, run by L0_memory_growth",
 }
 
 
+ATTRDICT = """
+# image_client.py imports attrdict, whose last release does not import on Python 3.10+; this is all it uses.
+class AttrDict(dict):
+    def __getattr__(self, name):
+        try:
+            value = self[name]
+        except KeyError:
+            raise AttributeError(name) from None
+        return _wrap(value)
+
+
+def _wrap(value):
+    if isinstance(value, dict):
+        return AttrDict(value)
+    return [_wrap(v) for v in value] if isinstance(value, list) else value
+"""
+
+
 def run_examples(client_repo: Path, examples: Path, env: dict[str, str], image: Path,
-                 log_dir: Path) -> list[tuple[str, str, str]]:
+                 log_dir: Path, python_backend: Path | None) -> list[tuple[str, str, str]]:
     scripts = client_repo / "src" / "python" / "examples"
+    shutil.rmtree(examples.with_name("examples-7"), ignore_errors=True)
+    shutil.copytree(examples, examples.with_name("examples-7"))
+    if python_backend is not None:
+        repeat = examples / "repeat_int32"
+        (repeat / "1").mkdir(parents=True, exist_ok=True)
+        shutil.copy(python_backend / "examples" / "decoupled" / "repeat_model.py", repeat / "1" / "model.py")
+        shutil.copy(python_backend / "examples" / "decoupled" / "repeat_config.pbtxt", repeat / "config.pbtxt")
+    client_libs = log_dir / "client-libs"
+    client_libs.mkdir(exist_ok=True)
+    if importlib.util.find_spec("attrdict") is None:
+        (client_libs / "attrdict.py").write_text(ATTRDICT)
+    env = {**env, "PYTHONPATH": str(client_libs)}
     results = []
     by_flags: dict[tuple[str, ...], list] = {}
     for entry in EXAMPLES:
@@ -307,7 +407,11 @@ def run_examples(client_repo: Path, examples: Path, env: dict[str, str], image: 
     server = Path(env["TRITON_DIR"]) / "bin" / "tritonserver"
     for flags, entries in by_flags.items():
         log = open(log_dir / f"examples-server{len(results)}.log", "wb")
-        proc = subprocess.Popen([str(server), f"--model-repository={examples}", *flags], env=env, stdout=log,
+        # simple_http_model_control counts 7 models in its repository, simple_grpc_model_control 8: Triton's
+        # CI serves them different folders. The decoupled repeat_int32 (python_backend's example) is the eighth.
+        repo = examples if "--allow-model-code-upload" in flags or not any("explicit" in f for f in flags) \
+            else examples.with_name("examples-7")
+        proc = subprocess.Popen([str(server), f"--model-repository={repo}", *flags], env=env, stdout=log,
                                 stderr=subprocess.STDOUT, start_new_session=True)
         try:
             _wait_ready(proc)
@@ -317,6 +421,7 @@ def run_examples(client_repo: Path, examples: Path, env: dict[str, str], image: 
                 try:
                     run = subprocess.run(argv, env=env, capture_output=True, timeout=60, cwd=log_dir)
                     text = (run.stdout + run.stderr).decode(errors="replace")
+                    (log_dir / f"example-{len(results)}.log").write_text(" ".join(argv) + "\n" + text)
                     ok = run.returncode == 0 and expect in text
                     why = "" if ok else (text.strip().splitlines() or [f"exit {run.returncode}"])[-1][:160]
                 except subprocess.TimeoutExpired:
@@ -410,7 +515,8 @@ def main(argv: list[str] | None = None) -> int:
         results += [(f"L0_backend_python/{s}", "skip", why) for s, why in BACKEND_PYTHON_SKIPPED.items()]
     if "examples" in wanted:
         print("== examples", flush=True)
-        found = run_examples(args.client_repo.resolve(), examples, env, qa / "images" / "vulture.jpeg", logs)
+        found = run_examples(args.client_repo.resolve(), examples, env, qa / "images" / "vulture.jpeg", logs,
+                             args.python_backend_repo.resolve() if args.python_backend_repo else None)
         results += found
         _print(found)
     counts = {s: sum(1 for _, st, _ in results if st == s) for s in ("pass", "fail", "skip")}
