@@ -276,7 +276,9 @@ def prepare_qa(server_repo: Path, qa: Path, examples: Path) -> None:
     if cut > 0:
         text = text[:cut] + "exit $RET\n"
     # it wants the container's Python 3.10; the models here run on the harness's interpreter
-    script.write_text(text.replace('python3 --version | grep "3.10"', 'python3 --version | grep "3."'))
+    for check in ('python3 --version | grep "3.10"', 'python3 --version | grep "3.${PYTHON_ENV_VERSION}"'):
+        text = text.replace(check, 'python3 --version | grep "3."')
+    script.write_text(text)
 
 
 def junit_results(folder: Path, since: float) -> list[tuple[str, str, str]]:
