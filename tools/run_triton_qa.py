@@ -40,6 +40,9 @@ BACKEND_PYTHON_SKIPPED = {
     "restart": "not run by Triton's own test.sh either",
     "examples": "covered by the example clients below (jax/pytorch need packages naiad's CI lacks)",
 }
+# Subtests whose test.sh adds GPU-tensor models unless TEST_WINDOWS=1 ("until Windows supports GPU tensors, only
+# test CPU scenarios"): run with it, i.e. their CPU variant.
+BACKEND_PYTHON_CPU_VARIANT = ("ensemble", "bls", "decoupled")
 BACKEND_PYTHON_SUBTESTS = ("ensemble", "bls", "decoupled", "response_sender", "io", "python_based_backends",
                            "async_execute", "lifecycle", "argument_validation", "logging", "custom_metrics",
                            "model_control", "request_rescheduling")
@@ -524,7 +527,8 @@ def main(argv: list[str] | None = None) -> int:
             unit_env = env
             if label.startswith("L0_backend_python/"):  # what the top-level script exports for its subtests
                 unit_env = {**env, "SERVER": f"{env['TRITON_DIR']}/bin/tritonserver",
-                            "BACKEND_DIR": f"{env['TRITON_DIR']}/backends", "MODELDIR": str(qa / "L0_backend_python")}
+                            "BACKEND_DIR": f"{env['TRITON_DIR']}/backends", "MODELDIR": str(qa / "L0_backend_python"),
+                            "TEST_WINDOWS": "1" if unit.name in BACKEND_PYTHON_CPU_VARIANT else "0"}
             run_script(unit, unit_env, args.suite_timeout, logs / (label.replace("/", "_") + ".log"))
             # a test run several times (lifecycle's iterations) counts once, failed if any run failed
             merged: dict[str, tuple[str, str]] = {}
