@@ -204,7 +204,7 @@ exit 0
 
 NAIAD_WRAPPER = """#!/bin/sh
 # tritonserver's command line, served by naiad
-PYTHONPATH="$QA_NAIAD_ROOT" exec {python} -m naiad serve "$@"
+PYTHONPATH="$QA_NAIAD_ROOT${{PYTHONPATH:+:$PYTHONPATH}}" exec {python} -m naiad serve "$@"
 """
 
 TRITON_WRAPPER = """#!/bin/sh
@@ -506,7 +506,8 @@ def main(argv: list[str] | None = None) -> int:
         (client_libs / "attrdict.py").write_text(ATTRDICT)
     if importlib.util.find_spec("triton_shm_monitor") is None:
         (client_libs / "triton_shm_monitor.py").write_text(SHM_MONITOR)
-    env["PYTHONPATH"] = str(client_libs)
+    # the caller's PYTHONPATH goes on (e.g. torch's CPU build, which L0_backend_python's dlpack/pytorch models need)
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (str(client_libs), os.environ.get("PYTHONPATH", "")) if p)
 
     wanted = args.suites.split(",")
     results: list[tuple[str, str, str]] = []

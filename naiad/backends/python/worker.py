@@ -494,6 +494,8 @@ class Worker:
     # --- the pb_utils host: BLS, logs, metrics, model control -----------------------------------------------
 
     def _send_bls(self, request: pb_utils.InferenceRequest, decoupled: bool, waiter: _Waiter) -> int:
+        if self._execute is None or self.finalized:  # as Triton's stub: not from initialize() or finalize()
+            raise pb_utils.TritonModelException("BLS is only supported during the 'execute' function.")
         tag = self._new_tag()
         self.waiters[tag] = waiter
         with self.ch.lock:

@@ -1,0 +1,84 @@
+"""BLS only from execute(), as Triton's stub has it (L0_backend_python's bls subtest, bls_init_error): a request
+made in initialize() fails the load with Triton's words, one made in finalize() is refused too, and the same
+call from execute() works. Driven by tritonclient against a running server."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+import numpy as np
+import tritonclient.http as httpclient
+
+from tests.models import IDENTITY_FP32, IDENTITY_PY, write_model
+from tests.server import RunningServer
+
+BLS_IN_INITIALIZE = """
+    import numpy as np
+    import triton_python_backend_utils as pb_utils
+
+    class TritonPythonModel:
+        def initialize(self, args):
+            request = pb_utils.InferenceRequest(model_name="identity", requested_output_names=["OUTPUT0"],
+                                                inputs=[pb_utils.Tensor("INPUT0", np.ones(2, np.float32))])
+            request.exec(decoupled={decoupled})
+
+        def execute(self, requests):
+            return [pb_utils.InferenceResponse([]) for _ in requests]
+"""
+
+# Forwards to "identity" from execute; on finalize, writes what a BLS call there raised to a file.
+BLS_IN_EXECUTE = """
+    import numpy as np
+    import triton_python_backend_utils as pb_utils
+
+    class TritonPythonModel:
+        def _request(self, data):
+            return pb_utils.InferenceRequest(model_name="identity", requested_output_names=["OUTPUT0"],
+                                             inputs=[pb_utils.Tensor("INPUT0", data)])
+
+        def execute(self, requests):
+            out = []
+            for r in requests:
+                answer = self._request(pb_utils.get_input_tensor_by_name(r, "INPUT0").as_numpy()).exec()
+                out.append(pb_utils.InferenceResponse([pb_utils.get_output_tensor_by_name(answer, "OUTPUT0")]))
+            return out
+
+        def finalize(self):
+            try:
+                self._request(np.ones(1, np.float32)).exec()
+                said = "no error"
+            except pb_utils.TritonModelException as exc:
+                said = str(exc)
+            with open({path!r}, "w") as f:
+                f.write(said)
+"""
+
+
+def test_bls_outside_execute_is_refused(tmp_path: Path) -> None:
+    repo = tmp_path / "repo"
+    write_model(repo, "identity", IDENTITY_FP32.format(name="identity"), IDENTITY_PY)
+    for name, decoupled in (("bls_init", False), ("bls_init_decoupled", True)):
+        write_model(repo, name, IDENTITY_FP32.format(name=name), BLS_IN_INITIALIZE.format(decoupled=decoupled))
+    said = tmp_path / "finalize.txt"
+    write_model(repo, "forward", IDENTITY_FP32.format(name="forward"), BLS_IN_EXECUTE.format(path=str(said)))
+    server = RunningServer([repo], "--exit-on-error=false", "--strict-readiness=false",
+                           "--model-control-mode=explicit", "--load-model=*")
+    try:
+        with httpclient.InferenceServerClient(server.url) as client:
+            for name in ("bls_init", "bls_init_decoupled"):
+                assert not client.is_model_ready(name)
+                index = {m["name"]: m for m in client.get_model_repository_index()}
+                assert "BLS is only supported during the 'execute' function." in index[name]["reason"]
+            data = np.arange(3, dtype=np.float32)
+            inp = httpclient.InferInput("INPUT0", [3], "FP32")
+            inp.set_data_from_numpy(data)
+            np.testing.assert_array_equal(client.infer("forward", [inp]).as_numpy("OUTPUT0"), data)
+            client.unload_model("forward")
+        deadline = time.monotonic() + 30
+        while not said.exists() and time.monotonic() < deadline:  # the unload's finalize runs after its answer
+            time.sleep(0.05)
+        time.sleep(0.1)
+        assert said.read_text() == "BLS is only supported during the 'execute' function."
+    finally:
+        server.stop()
