@@ -63,6 +63,16 @@ class _Recorder(unittest.TextTestResult):
         self._add(test, "failure", "unexpected success")
 
 
+def _skip_listed(script: str) -> None:
+    """The harness's GPU-only tests (``file::Class::test`` in QA_SKIP_TESTS) are not run: their methods are
+    hidden from the loader (the harness reports them as skipped, with the reason)."""
+    module = sys.modules["__main__"]
+    for node in filter(None, os.environ.get("QA_SKIP_TESTS", "").splitlines()):
+        parts = node.split("::")
+        if len(parts) == 3 and parts[0] == script and hasattr(module, parts[1]):
+            setattr(getattr(module, parts[1]), parts[2], None)  # not callable: the loader passes it by
+
+
 def _write(path: str) -> None:
     suite = ET.Element("testsuite")
     for classname, name, status, why in _Recorder.records:
@@ -96,6 +106,7 @@ def run(args: list[str]) -> None:
             _write(out)
             sys.exit(0)
         kw.setdefault("testRunner", unittest.TextTestRunner(resultclass=_Recorder, verbosity=2))
+        _skip_listed(os.path.basename(script))
         kw["exit"] = False
         result = original(*a, **kw)
         _write(out)
