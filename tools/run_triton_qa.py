@@ -188,12 +188,15 @@ SHIM_FAIL = "#!/bin/sh\necho \"[qa shim] not available: $(basename $0) $*\" >&2\
 # `python x_test.py [Class[.test]]`: run as the script would (unittest.main), with a result that also writes a
 # JUnit file, so every test is counted. Anything else goes to the interpreter unchanged.
 PYTHON_SHIM = """#!{python}
-import os, sys
+import itertools, os, sys
 args = sys.argv[1:]
 if args and args[0].endswith(".py") and os.path.exists(args[0]) and "test" in os.path.basename(args[0]):
     sys.path.insert(0, {tools!r})
     import qa_unittest_shim
     qa_unittest_shim.run(args)
+if args[:2] == ["-m", "pytest"]:  # a JUnit file of its own: scripts reuse one name for several runs
+    n = next(i for i in itertools.count() if not os.path.exists(f"__qa_{{i}}.xml"))
+    args = [a for a in args if not a.startswith("--junitxml")] + [f"--junitxml=__qa_{{n}}.xml"]
 os.execv({python!r}, [{python!r}, *args])
 """
 
@@ -241,6 +244,7 @@ def make_tools(work: Path, target: str, triton_bin: str | None) -> dict[str, str
     for name in ("python", "python3"):
         (shims / name).write_text(PYTHON_SHIM.format(python=sys.executable, tools=str(ROOT / "tools")))
     (shims / "git").write_text(GIT_SHIM)
+    (shims / "pytest").write_text(f'#!/bin/sh\nexec "{shims}/python" -m pytest "$@"\n')
     triton_dir = work / "tritonserver"
     (triton_dir / "bin").mkdir(parents=True, exist_ok=True)
     (triton_dir / "backends").mkdir(exist_ok=True)
@@ -267,7 +271,14 @@ function gdb_helper() { :; }
 """
 
 
-def prepare_qa(server_repo: Path, qa: Path, examples: Path) -> None:
+def add_repeat_model(repo: Path, python_backend: Path) -> None:
+    folder = repo / "repeat_int32"
+    (folder / "1").mkdir(parents=True, exist_ok=True)
+    shutil.copy(python_backend / "examples" / "decoupled" / "repeat_model.py", folder / "1" / "model.py")
+    shutil.copy(python_backend / "examples" / "decoupled" / "repeat_config.pbtxt", folder / "config.pbtxt")
+
+
+def prepare_qa(server_repo: Path, qa: Path, examples: Path, python_backend: Path | None) -> None:
     src = server_repo / "qa"
     for name in ("common", "python_models", "images", *SUITES):
         if (qa / name).exists():
@@ -277,6 +288,10 @@ def prepare_qa(server_repo: Path, qa: Path, examples: Path) -> None:
         f.write(UTIL_OVERRIDES)
     for suite in ("L0_http", "L0_grpc"):
         shutil.copytree(examples, qa / suite / "models", dirs_exist_ok=True)
+    # L0_grpc's aio test counts 8 models where L0_http's counts 7 (Triton's CI serves them different folders):
+    # python_backend's decoupled repeat_int32 example is the eighth.
+    if python_backend is not None:
+        add_repeat_model(qa / "L0_grpc" / "models", python_backend)
     # L0_parameters names its server by absolute path; the harness's wrapper stands in.
     script = qa / "L0_parameters" / "test.sh"
     script.write_text(script.read_text().replace("SERVER=/opt/tritonserver/bin/tritonserver",
@@ -426,10 +441,7 @@ def run_examples(client_repo: Path, examples: Path, env: dict[str, str], image: 
     shutil.rmtree(examples.with_name("examples-7"), ignore_errors=True)
     shutil.copytree(examples, examples.with_name("examples-7"))
     if python_backend is not None:
-        repeat = examples / "repeat_int32"
-        (repeat / "1").mkdir(parents=True, exist_ok=True)
-        shutil.copy(python_backend / "examples" / "decoupled" / "repeat_model.py", repeat / "1" / "model.py")
-        shutil.copy(python_backend / "examples" / "decoupled" / "repeat_config.pbtxt", repeat / "config.pbtxt")
+        add_repeat_model(examples, python_backend)
 
     results = []
     by_flags: dict[tuple[str, ...], list] = {}
@@ -514,7 +526,8 @@ def main(argv: list[str] | None = None) -> int:
     if examples.exists():
         shutil.rmtree(examples)
     build_example_repository(examples)
-    prepare_qa(args.server_repo.resolve(), qa, examples)
+    python_backend = args.python_backend_repo.resolve() if args.python_backend_repo else None
+    prepare_qa(args.server_repo.resolve(), qa, examples, python_backend)
     env = {**os.environ, **make_tools(work, args.target, args.triton_bin), "DATADIR": str(data),
            "REPO_VERSION": "24.10", "NVIDIA_TRITON_SERVER_VERSION": "24.10", "TEST_JETSON": "0",
            "TEST_WINDOWS": "0", "QA_NAIAD_ROOT": str(ROOT),
@@ -570,7 +583,7 @@ def main(argv: list[str] | None = None) -> int:
     if "examples" in wanted:
         print("== examples", flush=True)
         found = run_examples(args.client_repo.resolve(), examples, env, qa / "images" / "vulture.jpeg", logs,
-                             args.python_backend_repo.resolve() if args.python_backend_repo else None)
+                             python_backend)
         results += found
         _print(found)
     counts = {s: sum(1 for _, st, _ in results if st == s) for s in ("pass", "fail", "skip")}
