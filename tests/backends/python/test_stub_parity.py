@@ -1,6 +1,7 @@
-"""BLS only from execute(), as Triton's stub has it (L0_backend_python's bls subtest, bls_init_error): a request
-made in initialize() fails the load with Triton's words, one made in finalize() is refused too, and the same
-call from execute() works. Driven by tritonclient against a running server."""
+"""What a model's own code sees in its worker, as in Triton's stub (L0_backend_python): BLS only from execute()
+(bls_init_error: a request made in initialize() fails the load with Triton's words, one made in finalize() is
+refused too, the same call from execute() works), and no command-line arguments (custom_metrics and others run
+``unittest.main("model", exit=False)`` inside execute). Driven by tritonclient against a running server."""
 
 from __future__ import annotations
 
@@ -80,5 +81,39 @@ def test_bls_outside_execute_is_refused(tmp_path: Path) -> None:
             time.sleep(0.05)
         time.sleep(0.1)
         assert said.read_text() == "BLS is only supported during the 'execute' function."
+    finally:
+        server.stop()
+
+
+# Runs its own unittest suite inside execute, as Triton's QA models do, and answers whether it passed.
+SELF_TEST = """
+    import sys
+    import unittest
+
+    import numpy as np
+    import triton_python_backend_utils as pb_utils
+
+    class Checks(unittest.TestCase):
+        def test_arithmetic(self):
+            self.assertEqual(1 + 1, 2)
+
+    class TritonPythonModel:
+        def execute(self, requests):
+            result = unittest.main("model", exit=False, verbosity=0).result
+            ok = result.wasSuccessful() and result.testsRun == 1 and sys.argv[1:] == []
+            return [pb_utils.InferenceResponse([pb_utils.Tensor("OUTPUT0", np.array([float(ok)], np.float32))])
+                    for _ in requests]
+"""
+
+
+def test_unittest_main_inside_execute_finds_the_models_tests(tmp_path: Path) -> None:
+    repo = tmp_path / "repo"
+    write_model(repo, "self_test", IDENTITY_FP32.format(name="self_test"), SELF_TEST)
+    server = RunningServer([repo])
+    try:
+        with httpclient.InferenceServerClient(server.url) as client:
+            inp = httpclient.InferInput("INPUT0", [1], "FP32")
+            inp.set_data_from_numpy(np.zeros(1, np.float32))
+            assert client.infer("self_test", [inp]).as_numpy("OUTPUT0").tolist() == [1.0]
     finally:
         server.stop()
