@@ -1,10 +1,13 @@
 """What a model's own code sees in its worker, as in Triton's stub (L0_backend_python): BLS only from execute()
 (bls_init_error: a request made in initialize() fails the load with Triton's words, one made in finalize() is
 refused too, the same call from execute() works), and no command-line arguments (custom_metrics and others run
-``unittest.main("model", exit=False)`` inside execute). Driven by tritonclient against a running server."""
+``unittest.main("model", exit=False)`` inside execute); and Python-based backends (python_based_backends: a
+model whose backend is NAME runs ``--backend-directory``/NAME/model.py). Driven by tritonclient against a
+running server."""
 
 from __future__ import annotations
 
+import textwrap
 import time
 from pathlib import Path
 
@@ -115,5 +118,67 @@ def test_unittest_main_inside_execute_finds_the_models_tests(tmp_path: Path) -> 
             inp = httpclient.InferInput("INPUT0", [1], "FP32")
             inp.set_data_from_numpy(np.zeros(1, np.float32))
             assert client.infer("self_test", [inp]).as_numpy("OUTPUT0").tolist() == [1.0]
+    finally:
+        server.stop()
+
+
+# A Python-based backend: its config comes from auto_complete_config, its operation from the model's folder.
+ADD_SUB_BACKEND = """
+    import json
+    import os
+
+    import numpy as np
+    import triton_python_backend_utils as pb_utils
+
+    class TritonPythonModel:
+        @staticmethod
+        def auto_complete_config(config):
+            for name in ("INPUT0", "INPUT1"):
+                config.add_input({"name": name, "data_type": "TYPE_FP32", "dims": [4]})
+            config.add_output({"name": "OUTPUT", "data_type": "TYPE_FP32", "dims": [4]})
+            config.set_max_batch_size(0)
+            return config
+
+        def initialize(self, args):
+            folder = os.path.join(args["model_repository"], args["model_version"])
+            with open(os.path.join(folder, "model.json")) as f:
+                self.sign = 1.0 if json.load(f)["operation"] == "add" else -1.0
+
+        def execute(self, requests):
+            out = []
+            for r in requests:
+                a, b = (pb_utils.get_input_tensor_by_name(r, n).as_numpy() for n in ("INPUT0", "INPUT1"))
+                out.append(pb_utils.InferenceResponse([pb_utils.Tensor("OUTPUT", a + self.sign * b)]))
+            return out
+"""
+
+
+def test_python_based_backend_serves_the_models_that_name_it(tmp_path: Path) -> None:
+    backends = tmp_path / "backends"
+    (backends / "add_sub").mkdir(parents=True)
+    (backends / "add_sub" / "model.py").write_text(textwrap.dedent(ADD_SUB_BACKEND))
+    repo = tmp_path / "repo"
+    for name, operation in (("add", "add"), ("sub", "sub")):
+        (repo / name / "1").mkdir(parents=True)
+        (repo / name / "1" / "model.json").write_text(f'{{ "operation": "{operation}" }}')
+        (repo / name / "config.pbtxt").write_text('backend: "add_sub"\n')
+    (repo / "other" / "1").mkdir(parents=True)
+    (repo / "other" / "config.pbtxt").write_text('backend: "no_such_backend"\n')
+    server = RunningServer([repo], f"--backend-directory={backends}", "--exit-on-error=false",
+                           "--strict-readiness=false")
+    try:
+        with httpclient.InferenceServerClient(server.url) as client:
+            a, b = np.arange(4, dtype=np.float32), np.full(4, 10, np.float32)
+            inputs = [httpclient.InferInput("INPUT0", [4], "FP32"), httpclient.InferInput("INPUT1", [4], "FP32")]
+            inputs[0].set_data_from_numpy(a)
+            inputs[1].set_data_from_numpy(b)
+            np.testing.assert_array_equal(client.infer("add", inputs).as_numpy("OUTPUT"), a + b)
+            np.testing.assert_array_equal(client.infer("sub", inputs).as_numpy("OUTPUT"), a - b)
+            config = client.get_model_config("add")
+            assert (config["backend"], config["runtime"]) == ("add_sub", "model.py")
+            assert [i["name"] for i in config["input"]] == ["INPUT0", "INPUT1"]
+            assert not client.is_model_ready("other")
+            index = {m["name"]: m for m in client.get_model_repository_index()}
+            assert "unable to find backend library for backend 'no_such_backend'" in index["other"]["reason"]
     finally:
         server.stop()
