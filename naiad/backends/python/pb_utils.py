@@ -568,6 +568,17 @@ def _set_host(host: Any) -> None:
     _host = host
 
 
+_model_dir: str | None = None  # set by the worker before it imports the model
+
+
+def get_model_dir() -> str:
+    """The folder of the model version this process serves (for a Python-based backend, the model's version
+    folder, not the backend's), as Triton's stub answers it."""
+    if _model_dir is None:
+        raise TritonModelException("get_model_dir() is available to models running in worker processes")
+    return _model_dir
+
+
 def _poll() -> None:
     """Let the host take in what the server sent while execute runs (a cancellation), if it reads such messages."""
     poll = getattr(_host, "poll", None)

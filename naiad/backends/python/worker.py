@@ -118,6 +118,8 @@ class Worker:
 
     def load(self, setup: dict[str, Any]) -> bool:
         pb_utils._set_host(self)
+        args = setup["args"]
+        pb_utils._model_dir = os.path.join(args.get("model_repository", ""), str(args.get("model_version", "")))
         sys.modules.setdefault("triton_python_backend_utils", pb_utils)
         try:
             module = import_model(Path(setup["model_file"]), setup["model_name"])

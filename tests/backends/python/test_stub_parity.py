@@ -140,7 +140,8 @@ ADD_SUB_BACKEND = """
             return config
 
         def initialize(self, args):
-            folder = os.path.join(args["model_repository"], args["model_version"])
+            folder = pb_utils.get_model_dir()  # the model's version folder, not the backend's
+            assert folder == os.path.join(args["model_repository"], args["model_version"]), folder
             with open(os.path.join(folder, "model.json")) as f:
                 self.sign = 1.0 if json.load(f)["operation"] == "add" else -1.0
 
