@@ -397,7 +397,7 @@ class Worker:
                 for state in states:
                     state.closed = True
             if special:
-                rescheduled = self._released(states)
+                rescheduled = self._released(states, result)
             if self.decoupled or failed is not None:
                 wire = None
             elif special:
@@ -423,12 +423,14 @@ class Worker:
         if not self.decoupled or all(s.closed for s in states):
             self.executions.pop(tag, None)
 
-    def _released(self, states: list[pb_utils._RequestState]) -> list[int] | None:
+    def _released(self, states: list[pb_utils._RequestState], result: Any) -> list[int] | None:
         """The indexes of the requests to run again (RESCHEDULE, with iterative scheduling only). A rescheduled
-        request comes back as a new execution: this one's senders are done with."""
+        request comes back as a new execution: this one's senders are done with. One that execute also answered
+        is not run again: Triton answers it with an error (``_special_wire``)."""
         if not self.iterative:
             return None
-        out = [i for i, s in enumerate(states) if s.release == RESCHEDULE]
+        items = result if isinstance(result, list) and len(result) == len(states) else None
+        out = [i for i, s in enumerate(states) if s.release == RESCHEDULE and (items is None or items[i] is None)]
         for index in out:
             states[index].closed = True
         return out or None

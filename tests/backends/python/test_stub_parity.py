@@ -3,7 +3,8 @@
 refused too, the same call from execute() works), and no command-line arguments (custom_metrics and others run
 ``unittest.main("model", exit=False)`` inside execute); and Python-based backends (python_based_backends: a
 model whose backend is NAME runs ``--backend-directory``/NAME/model.py). Driven by tritonclient against a
-running server."""
+running server. Also request_rescheduling's wrong_return_type: a request released with RESCHEDULE for which
+execute still returns a response is answered with Triton's error, not run again."""
 
 from __future__ import annotations
 
@@ -181,5 +182,51 @@ def test_python_based_backend_serves_the_models_that_name_it(tmp_path: Path) -> 
             assert not client.is_model_ready("other")
             index = {m["name"]: m for m in client.get_model_repository_index()}
             assert "unable to find backend library for backend 'no_such_backend'" in index["other"]["reason"]
+    finally:
+        server.stop()
+
+
+WRONG_RETURN_CONFIG = """
+    name: "wrong_return"
+    backend: "python"
+    max_batch_size: 0
+    input [{ name: "INPUT0", data_type: TYPE_FP32, dims: [ -1 ] }]
+    output [{ name: "OUTPUT0", data_type: TYPE_FP32, dims: [ -1 ] }]
+    sequence_batching { iterative_sequence: true }
+"""
+
+WRONG_RETURN = """
+    import triton_python_backend_utils as pb_utils
+
+    class TritonPythonModel:
+        def execute(self, requests):
+            out = []
+            for r in requests:
+                r.set_release_flags(pb_utils.TRITONSERVER_REQUEST_RELEASE_RESCHEDULE)
+                out.append(pb_utils.InferenceResponse([pb_utils.get_input_tensor_by_name(r, "INPUT0")]))
+            return out  # should hold None for a rescheduled request
+"""
+
+
+def test_rescheduled_request_with_a_response_is_an_error_not_a_loop(tmp_path: Path) -> None:
+    from tritonclient.utils import InferenceServerException
+
+    repo = tmp_path / "repo"
+    write_model(repo, "wrong_return", WRONG_RETURN_CONFIG, WRONG_RETURN)
+    server = RunningServer([repo])
+    try:
+        with httpclient.InferenceServerClient(server.url, network_timeout=30) as client:
+            inp = httpclient.InferInput("INPUT0", [2], "FP32")
+            inp.set_data_from_numpy(np.ones(2, np.float32))
+            started = time.monotonic()
+            try:
+                client.infer("wrong_return", [inp])
+                raise AssertionError("the request was answered without an error")
+            except InferenceServerException as exc:
+                assert "Expected a None object in the execute function return list for reschduled request" in \
+                    exc.message()
+            assert time.monotonic() - started < 20
+            stats = client.get_inference_statistics("wrong_return")["model_stats"][0]
+            assert stats["execution_count"] == 1  # executed once, not rescheduled
     finally:
         server.stop()
