@@ -1,6 +1,7 @@
 """What a model's own code sees in its worker, as in Triton's stub (L0_backend_python): BLS only from execute()
 (bls_init_error: a request made in initialize() fails the load with Triton's words, one made in finalize() is
-refused too, the same call from execute() works), and no command-line arguments (custom_metrics and others run
+refused too, the same call from execute() works), arguments checked as Triton's binding checks them
+(argument_validation), and no command-line arguments (custom_metrics and others run
 ``unittest.main("model", exit=False)`` inside execute); and Python-based backends (python_based_backends: a
 model whose backend is NAME runs ``--backend-directory``/NAME/model.py). Driven by tritonclient against a
 running server. Also request_rescheduling's wrong_return_type: a request released with RESCHEDULE for which
@@ -101,10 +102,38 @@ SELF_TEST = """
         def test_arithmetic(self):
             self.assertEqual(1 + 1, 2)
 
+        def test_arguments_checked_as_tritons_binding(self):  # argument_validation's cases
+            ok = [pb_utils.Tensor("IN", np.ones(2, np.int32))]
+            for kwargs in ({"inputs": None}, {"model_name": None}, {"requested_output_names": None},
+                           {"requested_output_names": [None]}, {"correlation_id": None}, {"request_id": None},
+                           {"model_version": None}, {"flags": None}):
+                args = {"inputs": ok, "model_name": "m", "requested_output_names": ["OUT"], **kwargs}
+                with self.assertRaises(TypeError):
+                    pb_utils.InferenceRequest(**args)
+            with self.assertRaises(pb_utils.TritonModelException):
+                pb_utils.InferenceRequest(inputs=[None], model_name="m", requested_output_names=["OUT"])
+            self.assertEqual(pb_utils.InferenceRequest(inputs=ok, model_name="m", requested_output_names=[],
+                                                       correlation_id="s-5").correlation_id(), "s-5")
+            with self.assertRaises(TypeError):
+                pb_utils.InferenceResponse(output_tensors=None)
+            with self.assertRaises(pb_utils.TritonModelException):
+                pb_utils.InferenceResponse(output_tensors=[None])
+            pb_utils.InferenceResponse(output_tensors=[])
+            for name, array in ((None, np.ones(1)), ("OUT", None)):
+                with self.assertRaises(TypeError):
+                    pb_utils.Tensor(name, array)
+            with self.assertRaises(pb_utils.TritonModelException):
+                pb_utils.Tensor.from_dlpack("OUT", None)
+            for call in (lambda: pb_utils.Logger.log("m", None), lambda: pb_utils.Logger.log("m", 1),
+                         lambda: pb_utils.Logger.log_info(None), lambda: pb_utils.Logger.log_error(None)):
+                with self.assertRaises(TypeError):
+                    call()
+            pb_utils.Logger.log("fine", pb_utils.Logger.WARNING)
+
     class TritonPythonModel:
         def execute(self, requests):
             result = unittest.main("model", exit=False, verbosity=0).result
-            ok = result.wasSuccessful() and result.testsRun == 1 and sys.argv[1:] == []
+            ok = result.wasSuccessful() and result.testsRun == 2 and sys.argv[1:] == []
             return [pb_utils.InferenceResponse([pb_utils.Tensor("OUTPUT0", np.array([float(ok)], np.float32))])
                     for _ in requests]
 """
