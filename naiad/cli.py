@@ -139,6 +139,9 @@ def build_parser() -> argparse.ArgumentParser:
     sagemaker_options.add_arguments(serve, _flag)
     serve.add_argument("--backend-config", action="append", default=[], metavar="BACKEND,KEY=VALUE",
                        help="a backend setting, e.g. python,shm-default-byte-size=1048576 (repeatable)")
+    serve.add_argument("--backend-directory", default="/opt/tritonserver/backends", metavar="DIR",
+                       help="Python-based backends: a model whose backend is NAME runs DIR/NAME/model.py with the "
+                            "Python backend (naiad's own backends are Python packages)")
     serve.add_argument("--cache-config", action="append", default=[], metavar="CACHE,KEY=VALUE",
                        help="response cache, e.g. local,size=1048576 (models opt in with response_cache)")
     serve.add_argument("--response-cache-byte-size", type=int, default=None, metavar="BYTES",
@@ -177,7 +180,6 @@ def _compatibility_flags(serve: argparse.ArgumentParser) -> None:
         "naiad runs on CPUs from Python packages: no backend or repository-agent libraries to load, no pinned or "
         "CUDA memory pools, one event loop for HTTP.")
     text = {
-        "--backend-directory": ("/opt/tritonserver/backends", "backends are Python packages here"),
         "--repoagent-directory": ("/opt/tritonserver/repoagents", "no repository agents"),
         "--cache-directory": ("/opt/tritonserver/caches", "the local response cache is built in"),
         "--pinned-memory-pool-byte-size": ("268435456", "no pinned memory without CUDA"),
@@ -267,6 +269,7 @@ def serve(args: argparse.Namespace) -> int:
         reuse_http_port=args.reuse_http_port,
         shared_memory_max_regions=args.shared_memory_max_regions,
         backend_config=_backend_config(args.backend_config),
+        backend_directory=args.backend_directory,
         cache_config=args.cache_config + ([f"local,size={args.response_cache_byte_size}"]
                                           if args.response_cache_byte_size is not None else []),
         rate_limit=args.rate_limit,

@@ -60,6 +60,7 @@ class ServerOptions:
     reuse_http_port: bool = False
     shared_memory_max_regions: int = 1024  # registrations at once (each keeps a descriptor)
     backend_config: dict[str, dict[str, str]] = field(default_factory=dict)
+    backend_directory: str = "/opt/tritonserver/backends"
     cache_config: list[str] = field(default_factory=list)
     rate_limit: str = "off"
     rate_limit_resources: list[str] = field(default_factory=list)
@@ -90,6 +91,7 @@ class Server:
                 config_name=options.model_config_name,
                 auto_complete=options.auto_complete,
                 backend_config=options.backend_config,
+                backend_directory=options.backend_directory,
                 response_cache=cache,
                 rate_limiter=limiter,
                 load_threads=options.load_threads,

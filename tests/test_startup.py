@@ -98,6 +98,21 @@ def test_failed_model_exits_by_default_and_serves_the_rest_when_told(tmp_path: P
         server.stop()
 
 
+def test_exit_after_a_failed_load_leaves_no_traceback(tmp_path: Path) -> None:
+    """A Python model loads while another fails (L0_parameters' repository without its C++ backend): the
+    server's exit closes the loaded worker before the event loop watched its channel, and said nothing else."""
+    repo = tmp_path / "repo"
+    write_model(repo, "good", IDENTITY_FP32.format(name="good"), IDENTITY_PY)
+    (repo / "nobackend" / "1").mkdir(parents=True)
+    (repo / "nobackend" / "config.pbtxt").write_text(IDENTITY_FP32.format(name="nobackend").replace(
+        'backend: "python"', 'backend: "identity"'))
+    result = _serve("--model-repository", str(repo))
+    assert result.returncode == 1
+    assert _last_line(result) == "error: creating server: Internal - failed to load all models"
+    assert "unable to find backend library for backend 'identity'" in result.stderr
+    assert "Traceback" not in result.stderr
+
+
 @pytest.mark.parametrize("which", ["http", "metrics"])
 def test_busy_port_is_one_clear_line(tmp_path: Path, which: str) -> None:
     (tmp_path / "repo").mkdir()

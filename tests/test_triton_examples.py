@@ -222,3 +222,110 @@ def test_model_control_as_the_examples_drive_it(tmp_path_factory: pytest.TempPat
             assert "failed to poll from model repository" in info.value.message()
     finally:
         server.stop()
+
+
+INCEPTION = """
+    name: "inception_graphdef"
+    platform: "onnxruntime_onnx"
+    max_batch_size: 128
+    input [{ name: "input", data_type: TYPE_FP32, format: FORMAT_NHWC, dims: [ 8, 8, 3 ] }]
+    output [{ name: "InceptionV3/Predictions/Softmax", data_type: TYPE_FP32, dims: [ 1001 ],
+              label_filename: "inception_labels.txt" }]
+"""
+
+
+def _inception_graph():
+    """inception_graphdef's names and layout (NHWC in, a softmax out under a name with slashes), small images
+    and random weights: the example clients check shapes and labels only."""
+    from onnx import TensorProto, helper
+
+    weights = np.random.default_rng(0).standard_normal((3, 1001)).astype(np.float32)
+    nodes = [helper.make_node("ReduceMean", ["input"], ["pooled"], axes=[1, 2], keepdims=0),
+             helper.make_node("MatMul", ["pooled", "W"], ["logits"]),
+             helper.make_node("Softmax", ["logits"], ["InceptionV3/Predictions/Softmax"], axis=1)]
+    return g.model(nodes, [g.tensor("input", "TYPE_FP32", ["batch", 8, 8, 3])],
+                   [g.tensor("InceptionV3/Predictions/Softmax", "TYPE_FP32", ["batch", 1001])],
+                   [helper.make_tensor("W", TensorProto.FLOAT, [3, 1001], weights.ravel().tolist())]), weights
+
+
+@pytest.fixture(scope="module")
+def inception(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[RunningServer, np.ndarray]]:
+    repo = tmp_path_factory.mktemp("inception")
+    proto, weights = _inception_graph()
+    folder = g.write(repo, "inception_graphdef", proto, INCEPTION)
+    (folder / "inception_labels.txt").write_text("".join(f"LABEL_{i}\n" for i in range(1001)))
+    running = RunningServer([repo])
+    yield running, weights
+    running.stop()
+
+
+def _top(images: np.ndarray, weights: np.ndarray, k: int) -> list[list[int]]:
+    logits = images.mean(axis=(1, 2)) @ weights
+    return [list(np.argsort(-row, kind="stable")[:k]) for row in logits]
+
+
+def test_image_client_classification(inception: tuple[RunningServer, np.ndarray]) -> None:
+    """image_client.py / grpc_image_client.py on inception_graphdef: metadata read for the NHWC layout, a batch
+    sent with class_count (HTTP sync and async, gRPC sync and streaming), "score:index:label" rows back."""
+    import queue
+
+    import tritonclient.grpc as grpcclient
+
+    server, weights = inception
+    images = np.random.default_rng(3).random((2, 8, 8, 3), dtype=np.float32)
+    expected = _top(images, weights, 3)
+    with httpclient.InferenceServerClient(server.url) as http:
+        meta = http.get_model_metadata("inception_graphdef")
+        config = http.get_model_config("inception_graphdef")
+        assert meta["inputs"][0]["shape"] == [-1, 8, 8, 3] and config["input"][0]["format"] == "FORMAT_NHWC"
+        assert meta["outputs"][0]["name"] == "InceptionV3/Predictions/Softmax"
+        inp = httpclient.InferInput("input", list(images.shape), "FP32")
+        inp.set_data_from_numpy(images, binary_data=True)
+        out = httpclient.InferRequestedOutput("InceptionV3/Predictions/Softmax", binary_data=True, class_count=3)
+        answers = [http.infer("inception_graphdef", [inp], outputs=[out], request_id="7"),
+                   http.async_infer("inception_graphdef", [inp], outputs=[out], request_id="8").get_result()]
+    with grpcclient.InferenceServerClient(server.grpc_url) as grpc:
+        assert grpc.get_model_metadata("inception_graphdef").outputs[0].name == "InceptionV3/Predictions/Softmax"
+        ginp = grpcclient.InferInput("input", list(images.shape), "FP32")
+        ginp.set_data_from_numpy(images)
+        gout = grpcclient.InferRequestedOutput("InceptionV3/Predictions/Softmax", class_count=3)
+        answers.append(grpc.infer("inception_graphdef", [ginp], outputs=[gout]))
+        results: queue.Queue = queue.Queue()
+        grpc.start_stream(callback=lambda result, error: results.put((result, error)))
+        grpc.async_stream_infer("inception_graphdef", [ginp], outputs=[gout], request_id="9")
+        result, error = results.get(timeout=30)
+        grpc.stop_stream()
+        assert error is None
+        answers.append(result)
+    for answer in answers:
+        rows = answer.as_numpy("InceptionV3/Predictions/Softmax")
+        assert rows.shape == (2, 3)
+        for row, best in zip(rows, expected):
+            fields = [r.decode().split(":") for r in row]
+            assert [int(f[1]) for f in fields] == best
+            assert [f[2] for f in fields] == [f"LABEL_{i}" for i in best]
+            assert 0.0 < float(fields[0][0]) <= 1.0
+
+
+def test_grpc_client_raw_stub(inception: tuple[RunningServer, np.ndarray]) -> None:
+    """grpc_client.py: the generated stub alone, a raw input of the right byte size, the request id echoed and
+    the output named with slashes."""
+    import grpc as grpclib
+    from tritonclient.grpc import service_pb2, service_pb2_grpc
+
+    server, _ = inception
+    with grpclib.insecure_channel(server.grpc_url) as channel:
+        stub = service_pb2_grpc.GRPCInferenceServiceStub(channel)
+        assert stub.ModelReady(service_pb2.ModelReadyRequest(name="inception_graphdef", version="")).ready
+        request = service_pb2.ModelInferRequest(model_name="inception_graphdef", id="my request id")
+        request.inputs.append(service_pb2.ModelInferRequest.InferInputTensor(name="input", datatype="FP32",
+                                                                             shape=[1, 8, 8, 3]))
+        request.outputs.append(service_pb2.ModelInferRequest.InferRequestedOutputTensor(
+            name="InceptionV3/Predictions/Softmax"))
+        request.raw_input_contents.append(b"a" * (8 * 8 * 3 * 4))
+        response = stub.ModelInfer(request)
+        assert response.id == "my request id"
+        assert response.outputs[0].name == "InceptionV3/Predictions/Softmax"
+        assert list(response.outputs[0].shape) == [1, 1001]
+        scores = np.frombuffer(response.raw_output_contents[0], dtype=np.float32)
+        assert scores.shape == (1001,) and abs(float(scores.sum()) - 1.0) < 1e-3

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import importlib
+from pathlib import Path
 
 from naiad.backends.base import Backend
 from naiad.core.errors import invalid, unavailable
@@ -16,6 +17,22 @@ _BACKENDS: dict[str, str] = {
 # The pyproject extra that brings each optional framework.
 _EXTRAS = {"pytorch": "torch", "onnxruntime": "onnxruntime"}
 _loaded: dict[str, Backend] = {}
+# --backend-directory: a Python-based backend is <directory>/<name>/model.py, run by the Python backend for every
+# model that names it (Triton's python_backend "Python-based backends").
+_directory = Path("/opt/tritonserver/backends")
+
+
+def set_backend_directory(path: str | Path) -> None:
+    global _directory
+    _directory = Path(path)
+
+
+def python_based(name: str) -> Path | None:
+    """The model.py of the Python-based backend ``name``, if there is one (never for naiad's own backends)."""
+    if not name or name in _BACKENDS or name == "ensemble" or "/" in name or name.startswith("."):
+        return None
+    path = _directory / name / "model.py"
+    return path if path.is_file() else None
 
 
 def get_backend(name: str) -> Backend:
@@ -23,6 +40,8 @@ def get_backend(name: str) -> Backend:
     if backend is not None:
         return backend
     target = _BACKENDS.get(name)
+    if target is None and python_based(name) is not None:
+        return get_backend("python")
     if target is None:
         raise invalid(
             f"unable to find backend library for backend '{name}', try specifying runtime on the model configuration."

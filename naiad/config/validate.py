@@ -29,11 +29,12 @@ def validate_identity(config: ModelConfig, folder_name: str) -> None:
         raise invalid(f"'max_batch_size' must be non-negative value for {config.name}")
 
 
-def validate(config: ModelConfig, folder_name: str) -> None:
+def validate(config: ModelConfig, folder_name: str, python_based: bool = False) -> None:
+    """``python_based``: the backend is a Python-based one from --backend-directory (the caller looked)."""
     validate_identity(config, folder_name)
     if not config.platform and not config.backend:
         raise invalid(f"must specify 'platform' or 'backend' for '{config.name}'")
-    if config.backend and config.backend not in KNOWN_BACKENDS:
+    if config.backend and config.backend not in KNOWN_BACKENDS and not python_based:
         raise invalid(
             f"unable to find backend library for backend '{config.backend}', try specifying runtime on the model "
             "configuration."

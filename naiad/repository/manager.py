@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from naiad.backends.base import Core, VersionContext
-from naiad.backends.registry import get_backend
+from naiad.backends.registry import get_backend, python_based, set_backend_directory
 from naiad.config import ModelConfig
 from naiad.config.ensemble import ENSEMBLE_PLATFORM, dependencies, validate_mapping, validate_scheduling
 from naiad.config.loader import load_config
@@ -78,6 +78,7 @@ class RepositoryOptions:
     config_name: str = ""
     auto_complete: bool = True
     backend_config: dict[str, dict[str, str]] = field(default_factory=dict)
+    backend_directory: str = "/opt/tritonserver/backends"  # --backend-directory: Python-based backends
     response_cache: ResponseCache | None = None  # --cache-config: shared by every model that enables it
     rate_limiter: RateLimiter | None = None  # --rate-limit execution_count
     load_threads: int = 4  # --model-load-thread-count: loads run side by side (start-up and model control)
@@ -90,6 +91,7 @@ class RepositoryOptions:
 
 class ModelRepository:
     def __init__(self, options: RepositoryOptions) -> None:
+        set_backend_directory(options.backend_directory)
         self.options = options
         self.models: dict[str, ModelEntry] = {}
         self._load_pool: ThreadPoolExecutor | None = None  # --model-load-thread-count: every load
@@ -267,13 +269,16 @@ class ModelRepository:
         try:
             detect_backend(config, list(versions.values()))
             backend = get_backend(config.backend) if config.backend else None
+            based = python_based(config.backend) is not None
+            if based:
+                config.runtime = "model.py"  # as Triton records a Python-based backend
             folders = [versions[v] for v in selected]
             if backend is not None:
                 check_model_file(config, folders)  # before auto-complete, which may run the file
                 if self.options.auto_complete:
                     config = backend.auto_complete(config, path, folders)
             fill_defaults(config, name)
-            validate(config, name)
+            validate(config, name, python_based=based)
             if backend is not None:
                 check_model_file(config, folders)  # as auto-complete left it
             ensemble = config.platform == ENSEMBLE_PLATFORM or config.HasField("ensemble_scheduling")

@@ -30,6 +30,7 @@ from naiad.backends.python.inprocess import InProcessInstance
 from naiad.backends.python.process import NAIAD_ROOT, WorkerProcess, WorkerSpec
 from naiad.backends.python.runner import import_model
 from naiad.backends.python.shm import DEFAULT_GROWTH, DEFAULT_SIZE
+from naiad.backends.registry import python_based
 from naiad.config import ModelConfig, pb
 from naiad.config.render import config_to_dict, dict_to_config
 from naiad.core.errors import invalid
@@ -42,7 +43,8 @@ _ENV_SIZES = {"shm-default-byte-size": "SAGEMAKER_TRITON_SHM_DEFAULT_BYTE_SIZE",
 
 
 def _model_file(config: ModelConfig, version_dir: Path) -> Path:
-    return version_dir / (config.default_model_filename or "model.py")
+    based = python_based(config.backend) if config.backend != "python" else None
+    return based if based is not None else version_dir / (config.default_model_filename or "model.py")
 
 
 def _size_option(options: dict[str, str], key: str, default: int) -> int:

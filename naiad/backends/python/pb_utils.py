@@ -7,6 +7,7 @@ the in-process backend) installs.
 
 from __future__ import annotations
 
+import enum
 import json
 import logging
 from typing import Any
@@ -72,6 +73,10 @@ class Tensor:
     __slots__ = ("_name", "_array")
 
     def __init__(self, name: str, array: Any) -> None:
+        # Triton's binding refuses a missing name or array before anything else (pybind11: TypeError).
+        _need(name, str, "name")
+        if array is None:
+            raise TypeError("Tensor(): incompatible function arguments: the array must not be None")
         if not isinstance(array, np.ndarray):
             if hasattr(array, "__dlpack__"):
                 array = np.from_dlpack(array)
@@ -124,6 +129,9 @@ class Tensor:
 
     @staticmethod
     def from_dlpack(name: str, capsule: Any) -> "Tensor":
+        if capsule is None:
+            raise TritonModelException("Tensor.from_dlpack(): a DLPack capsule or an object with __dlpack__ is "
+                                       "required")
         if hasattr(capsule, "__dlpack__"):
             return Tensor(name, np.from_dlpack(capsule))
         # A bare capsule: wrap it so NumPy's protocol-based importer can consume it.
@@ -179,8 +187,8 @@ class InferenceRequest:
     def __init__(
         self,
         model_name: str = "",
-        inputs: list[Tensor] | None = None,
-        requested_output_names: list[str] | None = None,
+        inputs: Any = (),
+        requested_output_names: Any = (),
         request_id: str = "",
         correlation_id: int | str = 0,
         flags: int = 0,
@@ -189,6 +197,18 @@ class InferenceRequest:
         parameters: dict[str, Any] | str | None = None,
         **_: Any,
     ) -> None:
+        # Triton's binding takes none of these as None (pybind11: TypeError), nor a None among the inputs.
+        for value, what in ((model_name, "model_name"), (inputs, "inputs"),
+                            (requested_output_names, "requested_output_names"), (request_id, "request_id"),
+                            (correlation_id, "correlation_id"), (flags, "flags"), (timeout, "timeout"),
+                            (model_version, "model_version")):
+            if value is None:
+                raise TypeError(f"InferenceRequest(): incompatible function arguments: '{what}' must not be None")
+        if any(t is None for t in inputs):
+            raise TritonModelException("InferenceRequest(): an input tensor is None")
+        if not all(isinstance(n, (str, bytes)) for n in requested_output_names):
+            raise TypeError("InferenceRequest(): incompatible function arguments: requested_output_names must be a "
+                            "list of strings")
         if not isinstance(correlation_id, (int, str)):
             raise TritonModelException("Correlation ID must be integer or string")
         # Triton's binding takes bytes for its string arguments too (python_backend's bls example passes a
@@ -370,11 +390,15 @@ class InferenceResponse:
 
     def __init__(
         self,
-        output_tensors: list[Tensor] | None = None,
+        output_tensors: Any = (),
         error: TritonError | str | None = None,
         parameters: dict[str, Any] | str | None = None,
     ) -> None:
-        self._output_tensors = list(output_tensors or [])
+        if output_tensors is None:  # as Triton's binding (pybind11)
+            raise TypeError("InferenceResponse(): incompatible function arguments: output_tensors must not be None")
+        if any(t is None for t in output_tensors):
+            raise TritonModelException("InferenceResponse(): an output tensor is None")
+        self._output_tensors = list(output_tensors)
         if isinstance(error, str):
             error = TritonError(error)
         self._error = error
@@ -395,33 +419,53 @@ class InferenceResponse:
         return json.dumps(self._parameters)
 
 
-class Logger:
-    """``pb_utils.Logger``: model log lines go to the server's log."""
+class LogLevel(enum.IntEnum):
+    """Triton's ``pb_utils.LogLevel`` (a binding enum: a bare int is not a level)."""
 
     INFO = 0
     WARNING = 1
     ERROR = 2
     VERBOSE = 3
 
+
+class Logger:
+    """``pb_utils.Logger``: model log lines go to the server's log. Arguments are checked as Triton's binding
+    checks them: a message that is not a string, or a level that is not a ``LogLevel``, is a TypeError."""
+
+    INFO = LogLevel.INFO
+    WARNING = LogLevel.WARNING
+    ERROR = LogLevel.ERROR
+    VERBOSE = LogLevel.VERBOSE
+
     @staticmethod
-    def log(message: str, level: int = INFO) -> None:
-        _host.log(int(level), str(message))
+    def log(message: str, level: LogLevel = LogLevel.INFO) -> None:
+        _need(message, str, "message")
+        if not isinstance(level, LogLevel):
+            raise TypeError("log(): incompatible function arguments: the level must be a pb_utils.LogLevel")
+        _host.log(int(level), message)
 
     @staticmethod
     def log_info(message: str) -> None:
-        _host.log(Logger.INFO, str(message))
+        _host.log(int(Logger.INFO), _need(message, str, "message"))
 
     @staticmethod
     def log_warn(message: str) -> None:
-        _host.log(Logger.WARNING, str(message))
+        _host.log(int(Logger.WARNING), _need(message, str, "message"))
 
     @staticmethod
     def log_error(message: str) -> None:
-        _host.log(Logger.ERROR, str(message))
+        _host.log(int(Logger.ERROR), _need(message, str, "message"))
 
     @staticmethod
     def log_verbose(message: str) -> None:
-        _host.log(Logger.VERBOSE, str(message))
+        _host.log(int(Logger.VERBOSE), _need(message, str, "message"))
+
+
+def _need(value: Any, kind: type, what: str) -> Any:
+    if not isinstance(value, kind):
+        raise TypeError(f"incompatible function arguments: '{what}' must be {kind.__name__}, not "
+                        f"{type(value).__name__}")
+    return value
 
 
 class MetricFamily:
@@ -524,8 +568,8 @@ class _Host:
     (unit tests, scripts): log lines go to Python logging, metrics live in this process, BLS is refused.
     The worker process and the in-process backend install their own host."""
 
-    _LEVELS = {Logger.INFO: logging.INFO, Logger.WARNING: logging.WARNING, Logger.ERROR: logging.ERROR,
-               Logger.VERBOSE: logging.DEBUG}
+    _LEVELS: dict[int, int] = {Logger.INFO: logging.INFO, Logger.WARNING: logging.WARNING,
+                               Logger.ERROR: logging.ERROR, Logger.VERBOSE: logging.DEBUG}
 
     def __init__(self) -> None:
         self.metrics: dict[Any, list[float]] = {}
@@ -566,6 +610,17 @@ _host: Any = _Host()
 def _set_host(host: Any) -> None:
     global _host
     _host = host
+
+
+_model_dir: str | None = None  # set by the worker before it imports the model
+
+
+def get_model_dir() -> str:
+    """The folder of the model version this process serves (for a Python-based backend, the model's version
+    folder, not the backend's), as Triton's stub answers it."""
+    if _model_dir is None:
+        raise TritonModelException("get_model_dir() is available to models running in worker processes")
+    return _model_dir
 
 
 def _poll() -> None:

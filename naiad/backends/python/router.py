@@ -99,6 +99,8 @@ class Router:
 
     def attach(self, loop: asyncio.AbstractEventLoop) -> None:
         assert self.ch is not None
+        if self.ch.sock.fileno() < 0:  # closed before the loop took it (a server stopping while models load)
+            return
         self.loop = loop
         loop.add_reader(self.ch.sock.fileno(), self.on_readable)
 

@@ -130,6 +130,8 @@ class Worker:
 
     def load(self, setup: dict[str, Any]) -> bool:
         pb_utils._set_host(self)
+        args = setup["args"]
+        pb_utils._model_dir = os.path.join(args.get("model_repository", ""), str(args.get("model_version", "")))
         sys.modules.setdefault("triton_python_backend_utils", pb_utils)
         try:
             module = import_model(Path(setup["model_file"]), setup["model_name"])
@@ -407,7 +409,7 @@ class Worker:
                 for state in states:
                     state.closed = True
             if special:
-                rescheduled = self._released(states)
+                rescheduled = self._released(states, result)
             if self.decoupled or failed is not None:
                 wire = None
             elif special:
@@ -433,12 +435,14 @@ class Worker:
         if not self.decoupled or all(s.closed for s in states):
             self.executions.pop(tag, None)
 
-    def _released(self, states: list[pb_utils._RequestState]) -> list[int] | None:
+    def _released(self, states: list[pb_utils._RequestState], result: Any) -> list[int] | None:
         """The indexes of the requests to run again (RESCHEDULE, with iterative scheduling only). A rescheduled
-        request comes back as a new execution: this one's senders are done with."""
+        request comes back as a new execution: this one's senders are done with. One that execute also answered
+        is not run again: Triton answers it with an error (``_special_wire``)."""
         if not self.iterative:
             return None
-        out = [i for i, s in enumerate(states) if s.release == RESCHEDULE]
+        items = result if isinstance(result, list) and len(result) == len(states) else None
+        out = [i for i, s in enumerate(states) if s.release == RESCHEDULE and (items is None or items[i] is None)]
         for index in out:
             states[index].closed = True
         return out or None
@@ -506,6 +510,8 @@ class Worker:
     # --- the pb_utils host: BLS, logs, metrics, model control -----------------------------------------------
 
     def _send_bls(self, request: pb_utils.InferenceRequest, decoupled: bool, waiter: _Waiter) -> int:
+        if self._execute is None or self.finalized:  # as Triton's stub: not from initialize() or finalize()
+            raise pb_utils.TritonModelException("BLS is only supported during the 'execute' function.")
         tag = self._new_tag()
         self.waiters[tag] = waiter
         with self.ch.lock:
@@ -664,4 +670,6 @@ def main(argv: list[str]) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main(sys.argv[1:]))
+    args = sys.argv[1:]
+    del sys.argv[1:]  # a model sees no arguments, as in Triton's stub: unittest.main() in a model reads them
+    sys.exit(main(args))

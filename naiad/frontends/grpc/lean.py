@@ -346,6 +346,10 @@ class Connection(asyncio.Protocol):
             call.compress = compression_for(self.compress_level, headers.get("grpc-accept-encoding", ""))
         self.calls[call.sid] = call
         if handler.request_streaming:
+            refusal = getattr(handler.stream_stream, "refusal", None)  # a restricted protocol: refused at once
+            if refusal is not None and (message := refusal(tuple(headers.items()))) is not None:
+                self.trailers_only(call, grpc.StatusCode.UNAVAILABLE, message)
+                return
             call.inbox = asyncio.Queue()  # its handler starts with the first message (``feed``)
             call.sizes = deque()
         if event.end_stream:

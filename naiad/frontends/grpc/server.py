@@ -75,6 +75,16 @@ def _unary(name: str, behaviour: Callable[[Any, Any], Any]) -> grpc.RpcMethodHan
     )
 
 
+class _Metadata:
+    __slots__ = ("metadata",)
+
+    def __init__(self, metadata: tuple[tuple[str, str], ...]) -> None:
+        self.metadata = metadata
+
+    def invocation_metadata(self) -> tuple[tuple[str, str], ...]:
+        return self.metadata
+
+
 def _restricted(handler: grpc.RpcMethodHandler, restrictions: Restrictions, category: str) -> grpc.RpcMethodHandler:
     """The handler behind Triton's check: without the metadata key and value, the call ends UNAVAILABLE."""
     key, value = restrictions.rules[category]
@@ -94,6 +104,12 @@ def _restricted(handler: grpc.RpcMethodHandler, restrictions: Restrictions, cate
                 return
             async for reply in inner_stream(requests, context):
                 yield reply
+
+        def refusal(metadata: tuple[tuple[str, str], ...]) -> str | None:
+            return None if allowed(_Metadata(metadata)) else message
+        # Triton refuses a restricted stream as soon as it opens; the lean engine, which starts a stream's
+        # handler only with its first message, asks this at the stream's headers.
+        stream.refusal = refusal  # type: ignore[attr-defined]
         return handler._replace(stream_stream=stream)
     inner = handler.unary_unary
 

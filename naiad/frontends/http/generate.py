@@ -10,26 +10,37 @@ from __future__ import annotations
 
 from typing import Any
 
+import json
+
 import numpy as np
 import orjson
 
 from naiad.core.datatypes import WIRE_TO_NUMPY
-from naiad.core.errors import internal, invalid
+from naiad.core.errors import InferError, internal, invalid
 from naiad.core.request import InferRequest, InferResponse
 
 _NESTED = "parameters"  # Triton's one nested mapping schema
 
 
+class _Object(list):  # type: ignore[type-arg]
+    """A JSON object as its members in order, repeats kept: Triton reads a repeated input key as a second
+    input of that name, which it refuses."""
+
+
+def _loads(body: bytes | bytearray) -> Any:
+    return json.loads(body, object_pairs_hook=_Object)
+
+
 def decode_generate(body: bytes | bytearray, model: Any, name: str, version: str) -> InferRequest:
     try:
-        doc = orjson.loads(body) if body else {}
-    except orjson.JSONDecodeError as exc:
+        doc = _loads(body) if body else _Object()
+    except (ValueError, RecursionError) as exc:
         raise invalid(f"failed to parse the request JSON buffer: {exc}") from None
-    if not isinstance(doc, dict):
+    if not isinstance(doc, _Object):
         raise invalid("the generate request body must be a JSON object")
     request = InferRequest(name, version)
-    if "id" in doc:
-        request_id = doc["id"]
+    request_id = next((v for k, v in doc if k == "id"), None)
+    if request_id is not None:
         if not isinstance(request_id, str):
             raise internal("Unable to parse 'id': attempt to access JSON non-string as string")
         request.id = request_id
@@ -38,16 +49,21 @@ def decode_generate(body: bytes | bytearray, model: Any, name: str, version: str
     return request
 
 
-def _convert(doc: dict[str, Any], inputs: dict[str, dict[str, Any]], request: InferRequest, nested: bool) -> None:
-    for key, value in doc.items():
+def _convert(doc: _Object, inputs: dict[str, dict[str, Any]], request: InferRequest, nested: bool) -> None:
+    for key, value in doc:
         if nested and key == _NESTED:
             if key in inputs:
                 raise invalid(f"Keyword '{key}' for nested schema also given as input tensor name")
-            if not isinstance(value, dict):
+            if not isinstance(value, _Object):
                 raise internal(f"Expected JSON object for keyword: '{key}': attempt to access JSON non-object as "
                                "object")
-            _convert(value, inputs, request, nested=False)
+            try:
+                _convert(value, inputs, request, nested=False)
+            except InferError as exc:  # Triton names the nested keyword it was converting
+                raise InferError(f"Converting keyword: '{key}': {exc.message}", exc.code) from None
         elif key in inputs:
+            if key in request.inputs:
+                raise invalid(f"input '{key}' already exists in request")
             request.inputs[key] = _tensor(key, value, inputs[key])
         else:
             request.parameters[key] = _parameter(key, value)
@@ -72,6 +88,8 @@ def _tensor(name: str, value: Any, meta: dict[str, Any]) -> np.ndarray:
                                "string")
             array = np.empty(count, dtype=np.object_)
             array[:] = [i.encode() for i in items]
+        elif wire == "BOOL" and not all(isinstance(i, bool) for i in items):
+            raise internal("Unable to parse 'data': attempt to access JSON non-boolean as boolean")
         else:
             dtype = WIRE_TO_NUMPY.get(wire)
             if dtype is None:

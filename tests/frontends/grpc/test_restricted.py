@@ -95,6 +95,26 @@ def test_a_restricted_stream_ends_unavailable(stub: service_pb2_grpc.GRPCInferen
     assert (caught.value.code(), caught.value.details()) == (grpc.StatusCode.UNAVAILABLE, _refused("infer-key"))
 
 
+def test_a_restricted_stream_is_refused_before_any_message(stub: service_pb2_grpc.GRPCInferenceServiceStub) -> None:
+    """L0_grpc python_unit_test RestrictedProtocolTest.test_stream_infer: the stream ends as it opens, while the
+    client has sent nothing (tritonclient's next send then says the stream is no longer valid)."""
+    import queue
+
+    outbox: queue.Queue = queue.Queue()  # given no message before the answer came
+
+    def requests():  # type: ignore[no-untyped-def]
+        while (item := outbox.get()) is not None:
+            yield item
+
+    calls = stub.ModelStreamInfer(requests(), metadata=ADMIN, timeout=10)
+    try:
+        with pytest.raises(grpc.RpcError) as caught:
+            next(calls)
+        assert (caught.value.code(), caught.value.details()) == (grpc.StatusCode.UNAVAILABLE, _refused("infer-key"))
+    finally:
+        outbox.put(None)
+
+
 def test_forwarded_metadata_reaches_the_model(server: RunningServer) -> None:
     client = grpcclient.InferenceServerClient(server.grpc_url)
     try:

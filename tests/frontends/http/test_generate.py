@@ -19,7 +19,8 @@ ECHO_CONFIG = """
     backend: "python"
     max_batch_size: 8
     input [{ name: "text_input", data_type: TYPE_STRING, dims: [ 1 ] },
-           { name: "values", data_type: TYPE_INT32, dims: [ -1, 2 ], optional: true }]
+           { name: "values", data_type: TYPE_INT32, dims: [ -1, 2 ], optional: true },
+           { name: "flag", data_type: TYPE_BOOL, dims: [ 1 ], optional: true }]
     output [{ name: "text_output", data_type: TYPE_STRING, dims: [ 1 ] }]
 """
 
@@ -86,7 +87,8 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RunningServer]:
 def _post(server: RunningServer, path: str, doc: object) -> tuple[int, str, bytes]:
     conn = http.client.HTTPConnection("127.0.0.1", server.http_port, timeout=30)
     try:
-        conn.request("POST", path, body=json.dumps(doc), headers={"Content-Type": "application/json"})
+        body = doc if isinstance(doc, str) else json.dumps(doc)
+        conn.request("POST", path, body=body, headers={"Content-Type": "application/json"})
         resp = conn.getresponse()
         return resp.status, resp.getheader("Content-Type") or "", resp.read()
     finally:
@@ -123,6 +125,31 @@ def test_refusals_before_inference(server: RunningServer) -> None:
     status, _, body = _post(server, "/v2/models/echo/generate", {"text_input": "x", "values": [1, 2, 3]})
     assert status == 400
     assert json.loads(body) == {"error": "The schema can not convert input 'values' to tensor with proper shape"}
+
+
+def test_json_read_as_triton_reads_it(server: RunningServer) -> None:
+    """L0_http generate_endpoint_test's duplicate keys, JSON types and nested-keyword wording: a repeated input
+    key is a second input of that name (the first repeat in order is named), a BOOL input takes only JSON
+    booleans, and an error inside ``parameters`` names that keyword; the stream refuses the same way."""
+    for path in ("/v2/models/echo/generate", "/v2/models/echo/generate_stream"):
+        for raw, repeated in (('{"text_input": "a", "flag": false, "text_input": "b"}', "text_input"),
+                              ('{"text_input": "a", "flag": false, "flag": true, "text_input": "b"}', "flag")):
+            status, ctype, body = _post(server, path, raw)
+            assert (status, ctype) == (400, "application/json"), body
+            assert json.loads(body)["error"] == f"input '{repeated}' already exists in request"
+        for flag in ("false", 1):
+            status, ctype, body = _post(server, path, {"text_input": "a", "flag": flag})
+            assert (status, ctype) == (500, "application/json"), body
+            assert "attempt to access JSON non-boolean as boolean" in json.loads(body)["error"]
+        status, _, body = _post(server, path, {"text_input": "a", "parameters": {"nested": {"x": 1}}})
+        assert status == 400
+        assert json.loads(body)["error"] == ("Converting keyword: 'parameters': parameter 'nested' has invalid "
+                                             "type. It should be either 'int', 'bool', or 'string'.")
+    # A repeated parameter is not an input: the last one is kept, and booleans pass.
+    status, _, body = _post(server, "/v2/models/echo/generate",
+                            '{"text_input": "a", "flag": [true], "mode": "x", "mode": "y"}')
+    assert status == 200, body
+    assert json.loads(json.loads(body)["text_output"])["parameters"] == {"mode": "y"}
 
 
 def test_stream_content_type_and_events(server: RunningServer) -> None:
