@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import math
 import statistics
 import tarfile
 from pathlib import Path
@@ -20,40 +21,48 @@ from tests.models import IDENTITY_FP32, write_model
 from tests.server import RunningServer
 
 MODELS, REQUESTS, RESIDENT = 40, 2000, 11  # the issue's endpoint: 40 archives, 11 fit in the budget
-SEEDS = range(4)
+SEEDS = range(10)
 
 
-def ratios(s: float, shift: bool) -> list[tuple[float, float, float]]:
+def ratios(s: float, shift: bool, requests: int = REQUESTS) -> list[tuple[float, float, float]]:
     """Per seed: (GDSF, LRU, A0) hits over Belady's, with equal sizes and noisy measured load times."""
     out = []
     sizes = [1] * MODELS
     for seed in SEEDS:
-        trace = (shift_trace if shift else zipf_trace)(MODELS, REQUESTS, s, seed)
+        trace = (shift_trace if shift else zipf_trace)(MODELS, requests, s, seed)
         best = belady_hits(trace, RESIDENT)
         gdsf = replay(GdsfPolicy(), trace, sizes, RESIDENT, noisy_costs(0.5, 0.3, seed))
         lru = replay(LruPolicy(), trace, sizes, RESIDENT, noisy_costs(0.5, 0.3, seed))
         assert lru == lru_hits(trace, RESIDENT)  # the server's LRU object is LRU
-        bound = oracle_hits(trace, RESIDENT, phases(MODELS, REQUESTS, s, seed, shift))
+        bound = oracle_hits(trace, RESIDENT, phases(MODELS, requests, s, seed, shift))
         out.append((gdsf / best, lru / best, bound / best))
     return out
 
 
-@pytest.mark.parametrize("s", [1.1, 1.4])
-def test_gdsf_reaches_nine_tenths_of_belady(s: float) -> None:
-    results = ratios(s, shift=False)
-    assert statistics.fmean(g for g, _, _ in results) >= 0.9, results
-    for gdsf, lru, _ in results:
-        assert gdsf >= lru + 0.05, results
-
-
-@pytest.mark.parametrize(("s", "shift"), [(0.8, False), (1.1, True)])
-def test_gdsf_near_the_online_bound_where_belady_is_out_of_reach(s: float, shift: bool) -> None:
-    # Here even A0, which knows the true probabilities, stays near or under 0.9 of Belady: GDSF is held to
-    # 0.94 of A0, and well above LRU.
+# (s, shifted, the least mean hits / Belady's over the seeds): 2,000 requests give 0.913, 0.959 and 0.902
+# (benchmarks/README.md); the bounds leave ~0.005 for other seeds.
+@pytest.mark.parametrize(("s", "shift", "least"), [(1.1, False, 0.905), (1.4, False, 0.95), (1.1, True, 0.895)])
+def test_gdsf_reaches_nine_tenths_of_belady(s: float, shift: bool, least: float) -> None:
     results = ratios(s, shift)
+    assert statistics.fmean(g for g, _, _ in results) >= least, results
     for gdsf, lru, bound in results:
-        assert gdsf >= 0.94 * bound, results
         assert gdsf >= lru + 0.05, results
+        assert gdsf >= 0.95 * bound, results
+
+
+# (s, shifted, requests, the least share of A0's hits, the least lead over LRU): each seed's measure is at
+# least ~0.01 above these.
+@pytest.mark.parametrize(("s", "shift", "requests", "of_bound", "over_lru"),
+                         [(0.8, False, REQUESTS, 0.95, 0.1), (0.8, True, REQUESTS, 0.94, 0.1),
+                          (1.1, True, 1000, 0.93, 0.03), (1.1, False, 4000, 0.97, 0.08), (1.1, True, 4000, 0.96, 0.08)])
+def test_gdsf_near_the_online_bound(s: float, shift: bool, requests: int, of_bound: float, over_lru: float) -> None:
+    # Zipf 0.8: even A0, which knows the true probabilities, stays under 0.9 of Belady (0.859), and no online
+    # policy beats A0 in expectation, so GDSF is held to a share of A0 there, on both trace kinds, and at other
+    # lengths (the learning after a shift weighs more in 1,000 requests, less in 4,000).
+    results = ratios(s, shift, requests)
+    for gdsf, lru, bound in results:
+        assert gdsf >= of_bound * bound, results
+        assert gdsf >= lru + over_lru, results
 
 
 def test_gdsf_weighs_size_and_load_time() -> None:
@@ -72,7 +81,7 @@ def test_gdsf_weighs_size_and_load_time() -> None:
 
 
 def test_gdsf_forgets_past_popularity() -> None:
-    policy = GdsfPolicy(half_life=10)
+    policy = GdsfPolicy(half_life=10, shift_evidence=math.inf)  # the decay alone
     policy.admit("old", 1.0)
     policy.admit("new", 1.0)
     for _ in range(20):
@@ -84,17 +93,36 @@ def test_gdsf_forgets_past_popularity() -> None:
     for _ in range(10):
         policy.access("new")
     assert policy.victim([("old", 1), ("new", 1)]) == "old"
+    assert policy.shifts == 0
+
+
+def test_gdsf_sees_the_popular_set_move_on() -> None:
+    """500 requests spread over models a0..a3, then over b0..b3: the long count (half-life 1,000) alone would
+    keep the a's ahead for ~500 more requests; the shift test restarts it within a few dozen."""
+    policy = GdsfPolicy()
+    names = [f"{group}{i}" for group in "ab" for i in range(4)]
+    for name in names:
+        policy.admit(name, 1.0)
+    for i in range(500):
+        policy.access(f"a{i % 4}")
+    assert policy.shifts == 0  # a steady mix raises no alarm
+    for i in range(40):
+        policy.access(f"b{i % 4}")
+    assert policy.shifts == 1
+    assert all(policy.frequency(f"a{i}") == 0 for i in range(4))  # the change began with the first b
+    assert policy.victim([(name, 1) for name in names]).startswith("a")
+    assert policy.frequency("b0") == pytest.approx(sum(0.5 ** ((39 - i) / 1000) for i in range(0, 40, 4)))
 
 
 def test_gdsf_history_stays_bounded() -> None:
-    policy = GdsfPolicy(half_life=20)
+    policy = GdsfPolicy(half_life=20, window=64)
     policy.admit("kept", 1.0)
     for i in range(5000):  # one-off models come and go
         name = f"m{i}"
         policy.admit(name, 1.0)
         policy.access(name)
         policy.removed(name)
-    assert len(policy._frequency) < 400 and len(policy._cost) < 400
+    assert len(policy._counts) < 400 and len(policy._cost) < 400 and len(policy._recent) == 64
     assert "kept" in policy._cost  # loaded models are never forgotten
 
 
