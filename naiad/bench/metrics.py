@@ -15,7 +15,7 @@ GPU_FIRST = ("nv_gpu_memory_total_bytes",)
 CPU_AVERAGED = ("nv_cpu_utilization",)
 CPU_MAXED = ("nv_cpu_memory_used_bytes", "nv_cpu_memory_total_bytes")
 
-_LINE = re.compile(r'^(\w+)(?:\{([^}]*)\})?\s+([-+0-9.eE]+|NaN)\s*$')
+_LINE = re.compile(r'^(\w+)(?:\{([^}]*)\})?\s+([-+0-9.eE]+|NaN|Nan)\s*$')
 _UUID = re.compile(r'gpu_uuid="([^"]*)"')
 
 Sample = dict[str, dict[str, float]]   # metric -> {gpu uuid or "": value}

@@ -28,7 +28,7 @@ class _Series:
     def __init__(self, labels: dict[str, str], buckets: list[float] | None) -> None:
         self.labels = labels
         self.value = 0.0
-        self.buckets = sorted(buckets) if buckets is not None else None
+        self.buckets = list(buckets) if buckets is not None else None
         self.counts = [0] * (len(self.buckets) + 1) if self.buckets is not None else None
         self.sum = 0.0
         self.count = 0
@@ -71,6 +71,8 @@ class CustomMetrics:
             family = self.families.get(family_name)
             if family is None:
                 raise MetricError(f"metric family '{family_name}' does not exist")
+            if buckets is not None and any(a >= b for a, b in zip(buckets, buckets[1:])):
+                raise MetricError("Bucket Boundaries must be strictly sorted")  # prometheus-cpp's words
             key = tuple(sorted(labels.items()))
             if key not in family.series:
                 family.series[key] = _Series(dict(labels), buckets)

@@ -10,10 +10,12 @@ from __future__ import annotations
 import enum
 import json
 import logging
+import weakref
 from typing import Any
 
 import numpy as np
 
+from naiad.backends.python import dlpack
 from naiad.core.datatypes import BF16, deserialize_bytes, numpy_to_wire, serialize_bytes
 
 TRITONSERVER_REQUEST_FLAG_SEQUENCE_START = 1
@@ -79,7 +81,7 @@ class Tensor:
             raise TypeError("Tensor(): incompatible function arguments: the array must not be None")
         if not isinstance(array, np.ndarray):
             if hasattr(array, "__dlpack__"):
-                array = np.from_dlpack(array)
+                array = _from_dlpack(array)
             else:
                 raise TritonModelException(
                     f"Tensor '{name}': expected a numpy.ndarray, got {type(array).__name__}"
@@ -105,6 +107,9 @@ class Tensor:
         return self._name
 
     def as_numpy(self) -> np.ndarray:
+        if self._array.dtype.kind == "V":  # BF16, NumPy has no such type: Triton refuses it, its words and all
+            raise TritonModelException("Tensor dtype is BF16 and cannot be converted to NumPy. Use to_dlpack() "
+                                       "and from_dlpack() instead.")
         return self._array
 
     def shape(self) -> list[int]:
@@ -119,9 +124,15 @@ class Tensor:
     def to_dlpack(self) -> Any:
         if self._array.dtype == np.object_:
             raise TritonModelException("DLPack does not support BYTES tensors")
-        return self._array.__dlpack__()
+        array = self._array
+        if not array.flags.writeable:
+            # a legacy capsule cannot say read-only (NumPy refuses to export one): the consumer gets its own copy
+            array = array.copy()
+        if dlpack.is_bf16(array.dtype):
+            return dlpack.export_bf16(array)
+        return array.__dlpack__()
 
-    def __dlpack__(self, stream: Any = None) -> Any:
+    def __dlpack__(self, stream: Any = None, **_: Any) -> Any:
         return self.to_dlpack()
 
     def __dlpack_device__(self) -> tuple[int, int]:
@@ -132,13 +143,23 @@ class Tensor:
         if capsule is None:
             raise TritonModelException("Tensor.from_dlpack(): a DLPack capsule or an object with __dlpack__ is "
                                        "required")
-        if hasattr(capsule, "__dlpack__"):
-            return Tensor(name, np.from_dlpack(capsule))
-        # A bare capsule: wrap it so NumPy's protocol-based importer can consume it.
-        return Tensor(name, np.from_dlpack(_CapsuleHolder(capsule)))
+        return Tensor(name, _from_dlpack(capsule))
 
     def __repr__(self) -> str:
         return f"Tensor({self._name!r}, shape={self.shape()}, dtype={self._array.dtype})"
+
+
+def _from_dlpack(source: Any) -> np.ndarray:
+    """An array from a DLPack capsule or an object with ``__dlpack__``, bfloat16 included (as BF16)."""
+    if isinstance(source, np.ndarray):
+        return source
+    # A legacy capsule, the kind a bare capsule is too (Triton's and torch's to_dlpack), whose dtype can be
+    # read and, for bfloat16, retyped before NumPy imports it.
+    capsule = source.__dlpack__() if hasattr(source, "__dlpack__") else source
+    view = dlpack.import_capsule(capsule)
+    # wrapped so NumPy's protocol-based importer can consume it
+    array = np.from_dlpack(_CapsuleHolder(capsule))
+    return array if view is None else array.view(view)
 
 
 class _CapsuleHolder:
@@ -497,9 +518,10 @@ MetricKind = MetricFamily
 
 class Metric:
     """One labelled series of a ``MetricFamily``; every call reaches the server, so instances of a model that
-    use the same labels share one series."""
+    use the same labels share one series. As in Triton, a metric outlives its family's object only to refuse
+    every operation (it holds the family weakly)."""
 
-    __slots__ = ("_family", "_key")
+    __slots__ = ("_family", "_kind", "_key")
 
     def __init__(self, family: MetricFamily, labels: dict[str, str] | None = None,
                  buckets: list[float] | None = None) -> None:
@@ -510,24 +532,32 @@ class Metric:
                 raise TritonModelException("Failed to create metric. Buckets must be a list.")
             if family._kind != MetricFamily.HISTOGRAM:
                 raise TritonModelException("Failed to create metric. Unexpected buckets found.")
+            buckets = [float(b) for b in buckets]
+            # prometheus-cpp's Histogram refuses bounds that are not strictly increasing (so duplicates too)
+            if any(a >= b for a, b in zip(buckets, buckets[1:])):
+                raise TritonModelException("Error when creating Metric: Bucket Boundaries must be strictly sorted")
         elif family._kind == MetricFamily.HISTOGRAM:
             raise TritonModelException("Failed to create metric. Missing required buckets.")
-        self._family = family
+        self._family = weakref.ref(family)
+        self._kind = family._kind
         labels = {str(k): str(v) for k, v in (labels or {}).items()}
         self._key = (family._name, tuple(sorted(labels.items())))
         try:
-            _host.metric_new(family._name, labels, [float(b) for b in buckets] if buckets is not None else None)
+            _host.metric_new(family._name, labels, buckets)
         except TritonModelException as exc:
             raise TritonModelException(f"Error when creating Metric: {exc}") from None
 
     def _op(self, op: str, value: float, what: str) -> float:
+        if self._family() is None:
+            raise TritonModelException(f"Failed to {what}: Invalid metric operation as the corresponding "
+                                       "'MetricFamily' has been deleted.")
         try:
             return _host.metric_op(self._key, op, float(value))
         except TritonModelException as exc:
             raise TritonModelException(f"Failed to {what}: {exc}") from None
 
     def increment(self, value: float) -> None:
-        kind = self._family._kind
+        kind = self._kind
         if kind == MetricFamily.HISTOGRAM:
             raise TritonModelException("Failed to increment metric value: increment is not supported for histograms")
         if kind == MetricFamily.COUNTER and value < 0:
@@ -535,17 +565,17 @@ class Metric:
         self._op("increment", value, "increment metric value")
 
     def set(self, value: float) -> None:
-        if self._family._kind != MetricFamily.GAUGE:
+        if self._kind != MetricFamily.GAUGE:
             raise TritonModelException("Failed to set metric value: set is supported for gauges only")
         self._op("set", value, "set metric value")
 
     def observe(self, value: float) -> None:
-        if self._family._kind != MetricFamily.HISTOGRAM:
+        if self._kind != MetricFamily.HISTOGRAM:
             raise TritonModelException("Failed to observe metric value: observe is supported for histograms only")
         self._op("observe", value, "observe metric value")
 
     def value(self) -> float:
-        if self._family._kind == MetricFamily.HISTOGRAM:
+        if self._kind == MetricFamily.HISTOGRAM:
             raise TritonModelException("Failed to get metric value: value is not supported for histograms")
         return self._op("value", 0.0, "get metric value")
 

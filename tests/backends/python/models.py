@@ -265,9 +265,10 @@ import triton_python_backend_utils as pb_utils
 
 class TritonPythonModel:
     def initialize(self, args):
-        family = pb_utils.MetricFamily(name="requests_process_total_ns", description="Cumulative input",
-                                       kind=pb_utils.MetricFamily.COUNTER)
-        self.metric = family.Metric(labels={"model": args["model_name"], "version": args["model_version"]})
+        # kept: as in Triton, a metric whose family object is gone refuses every operation
+        self.family = pb_utils.MetricFamily(name="requests_process_total_ns", description="Cumulative input",
+                                            kind=pb_utils.MetricFamily.COUNTER)
+        self.metric = self.family.Metric(labels={"model": args["model_name"], "version": args["model_version"]})
 
     def execute(self, requests):
         for r in requests:

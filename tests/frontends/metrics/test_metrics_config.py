@@ -33,9 +33,9 @@ def test_summaries_replace_counters_when_configured() -> None:
         _infer(server, 5)
         page = _scrape(server)
         assert "nv_inference_request_duration_us" not in page
-        assert 'nv_inference_request_success{model="add_sub",version="1"} 5.0' in page
+        assert 'nv_inference_request_success{model="add_sub",version="1"} 5\n' in page
         assert "# TYPE nv_inference_queue_summary_us summary" in page
-        assert 'nv_inference_request_summary_us_count{model="add_sub",version="1"} 5.0' in page
+        assert 'nv_inference_request_summary_us_count{model="add_sub",version="1"} 5\n' in page
         for family in ("request", "queue", "compute_input", "compute_infer", "compute_output"):
             line = next(line for line in page.splitlines()
                         if line.startswith(f'nv_inference_{family}_summary_us{{model="add_sub",quantile="0.99"'))
