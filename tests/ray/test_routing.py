@@ -130,3 +130,42 @@ def _model_workers() -> set[int]:
             workers |= {child.pid for child in process.children()
                         if "naiad.backends.python.worker" in " ".join(child.cmdline())}
     return workers
+
+
+def test_replica_asked_for_twice_its_models_does_not_thrash(cluster: Cluster, tmp_path: Path) -> None:
+    """A replica holding one model while clients use two, as a survivor is while Ray replaces its dead peer:
+    each model loaded stays --min-model-residency-s, so the replica reloads about once per period (requests for
+    the other model wait) instead of on nearly every request (pure LRU: a,b,a,b... each a load)."""
+    import threading
+    import time
+    from concurrent.futures import ThreadPoolExecutor
+
+    from ray import serve
+
+    residency_s, seconds = 1.0, 6.0
+    repository = copies(tmp_path / "repo", NAMES[:2])
+    options = RayServeOptions(model_repositories=[str(repository)], max_models_per_replica=1,
+                              min_model_residency_s=residency_s, replica_num_cpus=0.5)
+    serve.run(build(options), name=APP, route_prefix="/")
+    outcomes: Counter = Counter()
+    lock = threading.Lock()
+    try:
+        infer(cluster, "m0")
+        deadline = time.monotonic() + seconds
+
+        def client(name: str) -> None:
+            while time.monotonic() < deadline:
+                residency = infer(cluster, name)[1]
+                with lock:
+                    outcomes[residency] += 1
+
+        with ThreadPoolExecutor(4) as pool:
+            for future in [pool.submit(client, name) for name in ("m0", "m1", "m0", "m1")]:
+                future.result()
+        total = sum(outcomes.values())
+        print(f"\ntwo models on a replica holding one, {seconds:g} s: {outcomes['load']} loads in {total} requests")
+        # At most one load per residency period (plus the first); most requests find their model.
+        assert outcomes["load"] <= seconds / residency_s + 2
+        assert outcomes["hit"] >= 0.7 * total and total >= 20
+    finally:
+        serve.delete(APP)
