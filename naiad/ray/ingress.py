@@ -20,6 +20,7 @@ from naiad.frontends.sagemaker.routes import SageMakerRouter
 from naiad.ray.asgi import Receive, Send, Wire, lifespan, read_request, send_result, send_wire
 from naiad.ray.local import build_service, local_repositories, sagemaker_options
 from naiad.ray.options import RayServeOptions
+from naiad.ray.statistics import app_name, board, merge
 from naiad.sagemaker.contract import TARGET_MODEL
 
 log = logging.getLogger("naiad.ray")
@@ -28,8 +29,31 @@ _AUTOMATIC = ("models are loaded on first use by the replica a request is routed
               "needs room (--max-models-per-replica): explicit {} is not available on Ray Serve")
 
 
+# A browser's page: naiad's dashboard draws one server's models and its buttons load and unload them, neither of
+# which holds for replicas that Ray places and evicts models on.
+_DASHBOARD = (b"naiad's dashboard is not served under naiad ray serve: the models live in Ray's replicas, which load "
+              b"and unload them as requests arrive.\n\n"
+              b"- Models and their statistics, summed over every replica: GET /v2/models/stats (and "
+              b"/v2/models/<model>/stats).\n"
+              b"- Replicas, their health and autoscaling: Ray's dashboard (start Ray with `ray start --head "
+              b"--include-dashboard=true`, then open http://<head>:8265, Serve tab), and `serve status`.\n"
+              b"- Per-replica counters: Ray's metrics export (ray_naiad_ray_requests_total, "
+              b"ray_naiad_ray_model_loads_total).\n"
+              b"- The dashboard itself: run `naiad serve --model-repository ...` on one machine and open /dashboard.\n")
+
+
 def _error(status: int, message: str) -> Wire:
     return status, b"application/json", [], orjson.dumps({"error": message})
+
+
+class Statistics:
+    """A statistics route: answered here from every replica's figures (naiad.ray.statistics)."""
+
+    __slots__ = ("name", "version")
+
+    def __init__(self, name: str, version: str) -> None:
+        self.name = name
+        self.version = version
 
 
 class Ingress:
@@ -46,14 +70,21 @@ class Ingress:
         self.sagemaker = SageMakerRouter(self.service, sagemaker, allowed_hosts=["*"])
         self.default_model = options.default_model
         self.handles: dict[str, Any] = {}  # one handle per model, made once
+        self.board: Any = None  # the statistics board, found on first use
 
     def __serve_build_asgi_app__(self) -> Any:  # Ray Serve's late-bound ASGI app
         return _Asgi(self)
 
-    def route(self, method: bytes, path: str, headers: dict[bytes, bytes]) -> str | Wire | None:
-        """The model a request is about (forwarded), an answer (refused here), or None (answered here)."""
+    def route(self, method: bytes, path: str, headers: dict[bytes, bytes]) -> str | Wire | Statistics | None:
+        """The model a request is about (forwarded), an answer (refused here), statistics to sum, or None
+        (answered here)."""
         if path.startswith("/v2/"):
             parts = path.split("/")
+            if parts[-1] == "stats" and parts[2] == "models" and method == b"GET" and len(parts) in (4, 5, 7):
+                if len(parts) == 4:
+                    return Statistics("", "")
+                if len(parts) == 5 or parts[4] == "versions":
+                    return Statistics(unquote(parts[3]), parts[5] if len(parts) == 7 else "")
             if parts[2] == "models" and len(parts) >= 4 and parts[3] and not (len(parts) == 4 and parts[3] == "stats"):
                 return unquote(parts[3])
             if parts[2] == "repository" and len(parts) == 6 and parts[3] == "models" and method == b"POST":
@@ -62,6 +93,8 @@ class Ingress:
                 if parts[5] == "unload":
                     return _error(400, _AUTOMATIC.format("unloading"))
             return None
+        if path == "/dashboard" or path.startswith("/dashboard/"):
+            return 404, b"text/plain; charset=utf-8", [], _DASHBOARD
         if path == "/invocations":
             return self.default_model or None
         if path.startswith("/endpoints/"):
@@ -92,7 +125,34 @@ class Ingress:
         if isinstance(target, tuple):
             await send_wire(send, target)
             return
+        if isinstance(target, Statistics):
+            await send_wire(send, await self.statistics(target))
+            return
         await send_wire(send, await self.forward(target, method, path, headers, body))
+
+    async def statistics(self, asked: Statistics) -> Wire:
+        """Triton's statistics, summed over the replicas: a model no replica holds is not available, as an
+        unloaded model is on Triton."""
+        rows: list[bytes] = []
+        for _ in range(2):
+            try:
+                if self.board is None:
+                    self.board = board(app_name(self.options.app_name))
+                rows = await self.board.current.remote()
+                break
+            except Exception as exc:  # the board went with its owner: a new one (empty until replicas push)
+                log.debug("statistics board: %s", exc)
+                self.board = None
+        if not asked.name:
+            return 200, b"application/json", [], orjson.dumps(merge(rows))
+        found = merge(rows, asked.name)
+        if not found["model_stats"]:
+            return _error(400, f"requested model '{asked.name}' is not available")
+        if asked.version:
+            found = merge(rows, asked.name, asked.version)
+            if not found["model_stats"]:
+                return _error(400, f"requested model version is not available for model '{asked.name}'")
+        return 200, b"application/json", [], orjson.dumps(found)
 
     async def forward(self, name: str, method: bytes, path: str, headers: dict[bytes, bytes], body: bytes) -> Wire:
         handle = self.handles.get(name)

@@ -29,6 +29,7 @@ from naiad.frontends.sagemaker.routes import SageMakerRouter
 from naiad.ray.asgi import Wire, to_wire
 from naiad.ray.local import build_service, local_repositories, sagemaker_options
 from naiad.ray.options import RayServeOptions
+from naiad.ray.statistics import Pusher, app_name
 from naiad.service.assemble import find_model
 
 log = logging.getLogger("naiad.ray")
@@ -84,6 +85,9 @@ class ModelReplica:
         self.resident: dict[str, Loaded] = {}
         self._room = asyncio.Lock()  # one miss at a time: two waiting misses must not each evict a model
         self.id = _replica_id().encode()
+        # This replica's model statistics, for the ingress's sums over the application (started on first use,
+        # in Serve's event loop).
+        self.pusher = Pusher(self.id.decode(), app_name(options.app_name), self.service.model_statistics)
         # serve.multiplexed takes its limit when applied, and keeps its cache on the function it wraps: applied
         # here, to a function of this replica's own.
         async def load_naiad_model(name: str) -> Loaded:
@@ -158,6 +162,8 @@ class ModelReplica:
 
         name = serve.get_multiplexed_model_id()
         residency = b"-"
+        if self.pusher.task is None:
+            self.pusher.start()
         if name and (name in self.resident or self.find(name) is not None):  # the folder scan only on a miss
             residency = b"hit" if name in self.resident else b"load"
             try:
@@ -187,6 +193,7 @@ class ModelReplica:
     async def __del__(self) -> None:
         # Ray Serve calls an async __del__ when it stops the replica: finalize every model's workers.
         self.service.accepting = False
+        await self.pusher.stop()
         for loaded in list(self.resident.values()):
             loaded.unloaded = True
             await self.unload(loaded)

@@ -169,3 +169,40 @@ def test_replica_asked_for_twice_its_models_does_not_thrash(cluster: Cluster, tm
         assert outcomes["hit"] >= 0.7 * total and total >= 20
     finally:
         serve.delete(APP)
+
+
+def test_statistics_sum_every_replica(cluster: Cluster, tmp_path: Path) -> None:
+    """Two models on two replicas (one model each): the ingress's /v2/models/stats lists both with every
+    request counted, where it answered from a service holding no model (empty), and a model's own statistics
+    come from every replica, not the one a request happened to reach."""
+    from ray import serve
+
+    repository = copies(tmp_path / "repo", NAMES[:2])
+    options = RayServeOptions(model_repositories=[str(repository)], min_replicas=2, max_replicas=2,
+                              max_models_per_replica=1, replica_num_cpus=0.5)
+    serve.run(build(options), name=APP, route_prefix="/")
+    try:
+        sent = {"m0": 5, "m1": 3}
+        replicas = {name: {infer(cluster, name)[0] for _ in range(count)} for name, count in sent.items()}
+        assert all(len(held) == 1 for held in replicas.values()) and replicas["m0"] != replicas["m1"]
+
+        def counts() -> dict[str, int]:
+            status, body, _ = request(cluster.url, "GET", "/v2/models/stats")
+            assert status == 200, body
+            return {row["name"]: row["inference_stats"]["success"]["count"]
+                    for row in json.loads(body)["model_stats"]}
+
+        wait_for(lambda: counts() == sent, 15, "both replicas' statistics at the ingress")
+        status, body, _ = request(cluster.url, "GET", "/v2/models/m1/versions/1/stats")
+        assert status == 200
+        [row] = json.loads(body)["model_stats"]
+        assert (row["name"], row["version"], row["inference_count"]) == ("m1", "1", 3)
+        assert row["inference_stats"]["success"]["ns"] > 0
+        # Triton's answers for what no replica holds.
+        status, body, _ = request(cluster.url, "GET", "/v2/models/nothing/stats")
+        assert (status, json.loads(body)) == (400, {"error": "requested model 'nothing' is not available"})
+        status, body, _ = request(cluster.url, "GET", "/v2/models/m0/versions/7/stats")
+        assert (status, json.loads(body)["error"]) == (400, "requested model version is not available for "
+                                                            "model 'm0'")
+    finally:
+        serve.delete(APP)
