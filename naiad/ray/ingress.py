@@ -6,6 +6,7 @@ metadata, repository index, /ping) are answered here by the same routers over a 
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import tempfile
 from pathlib import Path
@@ -42,6 +43,9 @@ _DASHBOARD = (b"naiad's dashboard is not served under naiad ray serve: the model
               b"- The dashboard itself: run `naiad serve --model-repository ...` on one machine and open /dashboard.\n")
 
 
+_FIRST_WAIT_S = 60.0  # the most a request waits behind its model's first (which may be slow itself)
+
+
 def _error(status: int, message: str) -> Wire:
     return status, b"application/json", [], orjson.dumps({"error": message})
 
@@ -70,6 +74,7 @@ class Ingress:
         self.sagemaker = SageMakerRouter(self.service, sagemaker, allowed_hosts=["*"])
         self.default_model = options.default_model
         self.handles: dict[str, Any] = {}  # one handle per model, made once
+        self.first: dict[str, asyncio.Future] = {}  # a model's first request, while it is under way
         self.board: Any = None  # the statistics board, found on first use
 
     def __serve_build_asgi_app__(self) -> Any:  # Ray Serve's late-bound ASGI app
@@ -157,7 +162,28 @@ class Ingress:
     async def forward(self, name: str, method: bytes, path: str, headers: dict[bytes, bytes], body: bytes) -> Wire:
         handle = self.handles.get(name)
         if handle is None:
-            handle = self.handles[name] = self.model.options(multiplexed_model_id=name)
+            return await self._first(name, method, path, headers, body)
+        if self.first:  # some model's first request is under way (rare: a dict's truth is the only cost)
+            first = self.first.get(name)
+            if first is not None:  # it is this model's, loading it: wait for it to land somewhere
+                await asyncio.wait([first], timeout=_FIRST_WAIT_S)
+        return await self._call(handle, name, method, path, headers, body)
+
+    async def _first(self, name: str, method: bytes, path: str, headers: dict[bytes, bytes], body: bytes) -> Wire:
+        """A model's first request here goes alone: until it has loaded the model on a replica, Ray knows of no
+        replica holding it and would spread the requests behind it over every replica, each loading its own copy.
+        They wait for it instead, and then go where it went."""
+        handle = self.handles[name] = self.model.options(multiplexed_model_id=name)
+        done = self.first[name] = asyncio.get_running_loop().create_future()
+        try:
+            return await self._call(handle, name, method, path, headers, body)
+        finally:
+            # By now Ray knows where the model went: the replica reports a model it is loading within 0.1 s.
+            del self.first[name]
+            done.set_result(None)
+
+    async def _call(self, handle: Any, name: str, method: bytes, path: str, headers: dict[bytes, bytes],
+                    body: bytes) -> Wire:
         from ray import exceptions
 
         try:

@@ -206,3 +206,24 @@ def test_statistics_sum_every_replica(cluster: Cluster, tmp_path: Path) -> None:
                                                             "model 'm0'")
     finally:
         serve.delete(APP)
+
+
+def test_cold_start_loads_each_model_once(cluster: Cluster, tmp_path: Path) -> None:
+    """Cold, with clients already waiting on every model: each model is loaded on one replica (the first
+    request's), not on every replica the early requests happen to reach before Ray knows who holds it."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    from ray import serve
+
+    repository = copies(tmp_path / "repo", NAMES[:2])
+    options = RayServeOptions(model_repositories=[str(repository)], min_replicas=2, max_replicas=2,
+                              max_models_per_replica=2, replica_num_cpus=0.5)
+    serve.run(build(options), name=APP, route_prefix="/")
+    try:
+        with ThreadPoolExecutor(12) as pool:
+            answers = list(pool.map(lambda name: (name, *infer(cluster, name)), NAMES[:2] * 6))
+        loads = sorted((name, replica) for name, replica, residency in answers if residency == "load")
+        print(f"\ncold start, 12 concurrent requests over 2 models on 2 replicas: loads {loads}")
+        assert sorted(name for name, _ in loads) == NAMES[:2]
+    finally:
+        serve.delete(APP)
