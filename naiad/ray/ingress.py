@@ -44,6 +44,7 @@ _DASHBOARD = (b"naiad's dashboard is not served under naiad ray serve: the model
 
 
 _FIRST_WAIT_S = 60.0  # the most a request waits behind its model's first (which may be slow itself)
+_PLACED_S = 2.0  # the most the first waits, after its answer, for Ray's router to learn where the model went
 
 
 def _error(status: int, message: str) -> Wire:
@@ -176,11 +177,18 @@ class Ingress:
         handle = self.handles[name] = self.model.options(multiplexed_model_id=name)
         done = self.first[name] = asyncio.get_running_loop().create_future()
         try:
-            return await self._call(handle, name, method, path, headers, body)
-        finally:
-            # By now Ray knows where the model went: the replica reports a model it is loading within 0.1 s.
-            del self.first[name]
-            done.set_result(None)
+            answer = await self._call(handle, name, method, path, headers, body)
+        except BaseException:
+            self._release(name, done)
+            raise
+        # The waiters go once Ray's router knows where the model went; this answer needn't wait for that.
+        task = asyncio.ensure_future(_placed(handle, name))  # once per model: not the per-request path
+        task.add_done_callback(lambda _: self._release(name, done))
+        return answer
+
+    def _release(self, name: str, done: asyncio.Future) -> None:
+        del self.first[name]
+        done.set_result(None)
 
     async def _call(self, handle: Any, name: str, method: bytes, path: str, headers: dict[bytes, bytes],
                     body: bytes) -> Wire:
@@ -200,6 +208,24 @@ class Ingress:
             if isinstance(exc, BackPressureError):
                 return _error(503, f"model '{name}' is overloaded: every replica's queue is full; retry later")
             raise
+
+
+async def _placed(handle: Any, name: str) -> None:
+    """Until the handle's router knows a replica holding ``name`` (the replica reports its models every 0.1 s,
+    and the controller passes them on; on a busy cluster that takes a while): routed before, the requests that
+    waited would go to the replica with the fewest models and load another copy. Ray has no public view of
+    this, so it is read where Ray 2.4x-2.6x keeps it; elsewhere a fixed pause stands in."""
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + _PLACED_S
+    while loop.time() < deadline:
+        try:
+            router = handle._router._asyncio_router.request_router
+            if router._multiplexed_model_id_to_replica_ids.get(name):
+                return
+        except AttributeError:
+            await asyncio.sleep(_PLACED_S / 4)
+            return
+        await asyncio.sleep(0.02)
 
 
 class _Asgi:
