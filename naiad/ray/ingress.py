@@ -6,6 +6,7 @@ metadata, repository index, /ping) are answered here by the same routers over a 
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import tempfile
 from pathlib import Path
@@ -20,6 +21,7 @@ from naiad.frontends.sagemaker.routes import SageMakerRouter
 from naiad.ray.asgi import Receive, Send, Wire, lifespan, read_request, send_result, send_wire
 from naiad.ray.local import build_service, local_repositories, sagemaker_options
 from naiad.ray.options import RayServeOptions
+from naiad.ray.statistics import app_name, board, merge
 from naiad.sagemaker.contract import TARGET_MODEL
 
 log = logging.getLogger("naiad.ray")
@@ -28,8 +30,35 @@ _AUTOMATIC = ("models are loaded on first use by the replica a request is routed
               "needs room (--max-models-per-replica): explicit {} is not available on Ray Serve")
 
 
+# A browser's page: naiad's dashboard draws one server's models and its buttons load and unload them, neither of
+# which holds for replicas that Ray places and evicts models on.
+_DASHBOARD = (b"naiad's dashboard is not served under naiad ray serve: the models live in Ray's replicas, which load "
+              b"and unload them as requests arrive.\n\n"
+              b"- Models and their statistics, summed over every replica: GET /v2/models/stats (and "
+              b"/v2/models/<model>/stats).\n"
+              b"- Replicas, their health and autoscaling: Ray's dashboard (start Ray with `ray start --head "
+              b"--include-dashboard=true`, then open http://<head>:8265, Serve tab), and `serve status`.\n"
+              b"- Per-replica counters: Ray's metrics export (ray_naiad_ray_requests_total, "
+              b"ray_naiad_ray_model_loads_total).\n"
+              b"- The dashboard itself: run `naiad serve --model-repository ...` on one machine and open /dashboard.\n")
+
+
+_FIRST_WAIT_S = 60.0  # the most a request waits behind its model's first (which may be slow itself)
+_PLACED_S = 2.0  # the most the first waits, after its answer, for Ray's router to learn where the model went
+
+
 def _error(status: int, message: str) -> Wire:
     return status, b"application/json", [], orjson.dumps({"error": message})
+
+
+class Statistics:
+    """A statistics route: answered here from every replica's figures (naiad.ray.statistics)."""
+
+    __slots__ = ("name", "version")
+
+    def __init__(self, name: str, version: str) -> None:
+        self.name = name
+        self.version = version
 
 
 class Ingress:
@@ -46,14 +75,22 @@ class Ingress:
         self.sagemaker = SageMakerRouter(self.service, sagemaker, allowed_hosts=["*"])
         self.default_model = options.default_model
         self.handles: dict[str, Any] = {}  # one handle per model, made once
+        self.first: dict[str, asyncio.Future] = {}  # a model's first request, while it is under way
+        self.board: Any = None  # the statistics board, found on first use
 
     def __serve_build_asgi_app__(self) -> Any:  # Ray Serve's late-bound ASGI app
         return _Asgi(self)
 
-    def route(self, method: bytes, path: str, headers: dict[bytes, bytes]) -> str | Wire | None:
-        """The model a request is about (forwarded), an answer (refused here), or None (answered here)."""
+    def route(self, method: bytes, path: str, headers: dict[bytes, bytes]) -> str | Wire | Statistics | None:
+        """The model a request is about (forwarded), an answer (refused here), statistics to sum, or None
+        (answered here)."""
         if path.startswith("/v2/"):
             parts = path.split("/")
+            if parts[-1] == "stats" and parts[2] == "models" and method == b"GET" and len(parts) in (4, 5, 7):
+                if len(parts) == 4:
+                    return Statistics("", "")
+                if len(parts) == 5 or parts[4] == "versions":
+                    return Statistics(unquote(parts[3]), parts[5] if len(parts) == 7 else "")
             if parts[2] == "models" and len(parts) >= 4 and parts[3] and not (len(parts) == 4 and parts[3] == "stats"):
                 return unquote(parts[3])
             if parts[2] == "repository" and len(parts) == 6 and parts[3] == "models" and method == b"POST":
@@ -62,6 +99,8 @@ class Ingress:
                 if parts[5] == "unload":
                     return _error(400, _AUTOMATIC.format("unloading"))
             return None
+        if path == "/dashboard" or path.startswith("/dashboard/"):
+            return 404, b"text/plain; charset=utf-8", [], _DASHBOARD
         if path == "/invocations":
             return self.default_model or None
         if path.startswith("/endpoints/"):
@@ -92,12 +131,67 @@ class Ingress:
         if isinstance(target, tuple):
             await send_wire(send, target)
             return
+        if isinstance(target, Statistics):
+            await send_wire(send, await self.statistics(target))
+            return
         await send_wire(send, await self.forward(target, method, path, headers, body))
+
+    async def statistics(self, asked: Statistics) -> Wire:
+        """Triton's statistics, summed over the replicas: a model no replica holds is not available, as an
+        unloaded model is on Triton."""
+        rows: list[bytes] = []
+        for _ in range(2):
+            try:
+                if self.board is None:
+                    self.board = board(app_name(self.options.app_name))
+                rows = await self.board.current.remote()
+                break
+            except Exception as exc:  # the board went with its owner: a new one (empty until replicas push)
+                log.debug("statistics board: %s", exc)
+                self.board = None
+        if not asked.name:
+            return 200, b"application/json", [], orjson.dumps(merge(rows))
+        found = merge(rows, asked.name)
+        if not found["model_stats"]:
+            return _error(400, f"requested model '{asked.name}' is not available")
+        if asked.version:
+            found = merge(rows, asked.name, asked.version)
+            if not found["model_stats"]:
+                return _error(400, f"requested model version is not available for model '{asked.name}'")
+        return 200, b"application/json", [], orjson.dumps(found)
 
     async def forward(self, name: str, method: bytes, path: str, headers: dict[bytes, bytes], body: bytes) -> Wire:
         handle = self.handles.get(name)
         if handle is None:
-            handle = self.handles[name] = self.model.options(multiplexed_model_id=name)
+            return await self._first(name, method, path, headers, body)
+        if self.first:  # some model's first request is under way (rare: a dict's truth is the only cost)
+            first = self.first.get(name)
+            if first is not None:  # it is this model's, loading it: wait for it to land somewhere
+                await asyncio.wait([first], timeout=_FIRST_WAIT_S)
+        return await self._call(handle, name, method, path, headers, body)
+
+    async def _first(self, name: str, method: bytes, path: str, headers: dict[bytes, bytes], body: bytes) -> Wire:
+        """A model's first request here goes alone: until it has loaded the model on a replica, Ray knows of no
+        replica holding it and would spread the requests behind it over every replica, each loading its own copy.
+        They wait for it instead, and then go where it went."""
+        handle = self.handles[name] = self.model.options(multiplexed_model_id=name)
+        done = self.first[name] = asyncio.get_running_loop().create_future()
+        try:
+            answer = await self._call(handle, name, method, path, headers, body)
+        except BaseException:
+            self._release(name, done)
+            raise
+        # The waiters go once Ray's router knows where the model went; this answer needn't wait for that.
+        task = asyncio.ensure_future(_placed(handle, name))  # once per model: not the per-request path
+        task.add_done_callback(lambda _: self._release(name, done))
+        return answer
+
+    def _release(self, name: str, done: asyncio.Future) -> None:
+        del self.first[name]
+        done.set_result(None)
+
+    async def _call(self, handle: Any, name: str, method: bytes, path: str, headers: dict[bytes, bytes],
+                    body: bytes) -> Wire:
         from ray import exceptions
 
         try:
@@ -114,6 +208,24 @@ class Ingress:
             if isinstance(exc, BackPressureError):
                 return _error(503, f"model '{name}' is overloaded: every replica's queue is full; retry later")
             raise
+
+
+async def _placed(handle: Any, name: str) -> None:
+    """Until the handle's router knows a replica holding ``name`` (the replica reports its models every 0.1 s,
+    and the controller passes them on; on a busy cluster that takes a while): routed before, the requests that
+    waited would go to the replica with the fewest models and load another copy. Ray has no public view of
+    this, so it is read where Ray 2.4x-2.6x keeps it; elsewhere a fixed pause stands in."""
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + _PLACED_S
+    while loop.time() < deadline:
+        try:
+            router = handle._router._asyncio_router.request_router
+            if router._multiplexed_model_id_to_replica_ids.get(name):
+                return
+        except AttributeError:
+            await asyncio.sleep(_PLACED_S / 4)
+            return
+        await asyncio.sleep(0.02)
 
 
 class _Asgi:

@@ -36,4 +36,6 @@ def sagemaker_options(options: RayServeOptions, models_root: Path) -> SageMakerO
 def build_service(options: RayServeOptions, scratch: Path, paths: list[Path] | None = None,
                   link_roots: list[Path] | None = None) -> Service:
     """The service, live and accepting, with no model loaded (see ``naiad.service.assemble``)."""
-    return explicit_service(scratch, backend_config(options.backend_config), paths, link_roots)
+    missing = ("no model of that name is in the model repository (--model-repository "
+               f"{' '.join(options.model_repositories)})")
+    return explicit_service(scratch, backend_config(options.backend_config), paths, link_roots, missing)

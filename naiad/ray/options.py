@@ -21,6 +21,10 @@ class RayServeOptions:
     address: str = ""  # a running Ray cluster ("auto", "ray://host:10001"); empty: start one in this process
     # Model-aware routing: each replica keeps at most this many models, least recently used evicted first.
     max_models_per_replica: int = 3
+    # A model stays loaded at least this long before it may be unloaded for another: a replica asked for more
+    # models than it may hold (a peer died, and its models land here) loads at most one per period instead of
+    # one per request; requests for the others wait (bounded by it) rather than evict a model in use.
+    min_model_residency_s: float = 2.0
     # Ray's autoscaling_config: min_replicas == max_replicas means a fixed number of replicas.
     min_replicas: int = 1
     max_replicas: int = 1
@@ -96,6 +100,8 @@ class RayServeOptions:
             raise ValueError("a model repository is required (--model-repository)")
         if self.max_models_per_replica < 1:
             raise ValueError("--max-models-per-replica must be at least 1")
+        if self.min_model_residency_s < 0:
+            raise ValueError("--min-model-residency-s must not be negative")
         if not 0 <= self.min_replicas <= self.max_replicas or self.max_replicas < 1:
             raise ValueError("expected 0 <= --min-replicas <= --max-replicas and --max-replicas >= 1")
 
@@ -115,6 +121,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--http-port", type=int, default=d.http_port, help="Ray Serve's HTTP proxy port")
     parser.add_argument("--max-models-per-replica", type=int, default=d.max_models_per_replica,
                         help="models a replica keeps loaded; the least recently used is unloaded beyond it")
+    parser.add_argument("--min-model-residency-s", type=float, default=d.min_model_residency_s,
+                        help="seconds a loaded model stays before another may unload it: a replica asked for more "
+                             "models than it holds (e.g. after a peer died) waits this long rather than reload on "
+                             "every request")
     scaling = parser.add_argument_group("autoscaling (Ray Serve's autoscaling_config)")
     scaling.add_argument("--num-replicas", type=int, default=None,
                          help="a fixed number of replicas (sets --min-replicas and --max-replicas)")
@@ -152,7 +162,8 @@ def from_args(args: argparse.Namespace) -> RayServeOptions:
     options = RayServeOptions(
         model_repositories=list(args.model_repository), app_name=args.app_name, route_prefix=args.route_prefix,
         http_host=args.http_host, http_port=args.http_port, address=args.address,
-        max_models_per_replica=args.max_models_per_replica, min_replicas=minimum, max_replicas=maximum,
+        max_models_per_replica=args.max_models_per_replica, min_model_residency_s=args.min_model_residency_s,
+        min_replicas=minimum, max_replicas=maximum,
         initial_replicas=args.initial_replicas, target_ongoing_requests=args.target_ongoing_requests,
         upscale_delay_s=args.upscale_delay_s, downscale_delay_s=args.downscale_delay_s,
         metrics_interval_s=args.metrics_interval_s, look_back_period_s=args.look_back_period_s,

@@ -16,6 +16,7 @@ import os
 import re
 import shutil
 import tempfile
+import time
 from pathlib import Path
 
 import orjson
@@ -28,6 +29,7 @@ from naiad.frontends.sagemaker.routes import SageMakerRouter
 from naiad.ray.asgi import Wire, to_wire
 from naiad.ray.local import build_service, local_repositories, sagemaker_options
 from naiad.ray.options import RayServeOptions
+from naiad.ray.statistics import Pusher, app_name
 from naiad.service.assemble import find_model
 
 log = logging.getLogger("naiad.ray")
@@ -46,6 +48,7 @@ class Loaded:
         self.key = key
         self.loop = asyncio.get_running_loop()
         self.unloaded = False
+        self.since = time.monotonic()  # loaded at (see ModelReplica._admit)
 
     def __del__(self) -> None:
         if self.unloaded:
@@ -80,7 +83,11 @@ class ModelReplica:
         self.sagemaker = SageMakerRouter(self.service, sagemaker_options(options, self.scratch / "models"),
                                          allowed_hosts=["*"])
         self.resident: dict[str, Loaded] = {}
+        self._room = asyncio.Lock()  # one miss at a time: two waiting misses must not each evict a model
         self.id = _replica_id().encode()
+        # This replica's model statistics, for the ingress's sums over the application (started on first use,
+        # in Serve's event loop).
+        self.pusher = Pusher(self.id.decode(), app_name(options.app_name), self.service.model_statistics)
         # serve.multiplexed takes its limit when applied, and keeps its cache on the function it wraps: applied
         # here, to a function of this replica's own.
         async def load_naiad_model(name: str) -> Loaded:
@@ -92,11 +99,31 @@ class ModelReplica:
         self.requests = metrics.Counter("naiad_ray_requests", "requests a replica served, by model and residency",
                                         tag_keys=("model", "residency"))  # type: ignore[arg-type]
         self.loads = metrics.Counter("naiad_ray_model_loads", "models loaded on a replica", tag_keys=("model",))
+        self.waits = metrics.Counter("naiad_ray_residency_waits", "misses that waited for a model's minimum "
+                                     "residency (--min-model-residency-s) before unloading it", tag_keys=("model",))
         self.evictions = metrics.Counter("naiad_ray_model_evictions", "models a replica unloaded (LRU)",
                                          tag_keys=("model",))
 
     def find(self, name: str) -> Path | None:
         return find_model(self.repositories, name)
+
+    async def _admit(self, name: str) -> bytes:
+        """Load ``name`` (a miss), unloading the least recently used model if the replica is full, but none
+        within --min-model-residency-s of its load: a replica asked for more models than it may hold (its peer
+        died and Ray sends the peer's models here until a replacement runs) would otherwise unload and reload on
+        nearly every request. Requests for the model wait here instead, and the models in use keep serving."""
+        async with self._room:
+            if name in self.resident:  # loaded while this request waited
+                await self._get(name)
+                return b"hit"
+            if len(self.resident) >= self.options.max_models_per_replica and self.resident:
+                youngest = max(loaded.since for loaded in self.resident.values())
+                delay = youngest + self.options.min_model_residency_s - time.monotonic()
+                if delay > 0:
+                    self.waits.inc(tags={"model": name})
+                    await asyncio.sleep(delay)
+            await self._get(name)
+            return b"load"
 
     async def _load(self, name: str) -> Loaded:
         folder = self.find(name)
@@ -135,10 +162,15 @@ class ModelReplica:
 
         name = serve.get_multiplexed_model_id()
         residency = b"-"
+        if self.pusher.task is None:
+            self.pusher.start()
         if name and (name in self.resident or self.find(name) is not None):  # the folder scan only on a miss
             residency = b"hit" if name in self.resident else b"load"
             try:
-                await self._get(name)
+                if residency == b"hit":
+                    await self._get(name)  # Ray's cache marks it most recently used
+                else:
+                    residency = await self._admit(name)
             except InferError as exc:
                 if path.startswith("/v2"):  # else SageMaker's routes answer it in their own shape
                     return self._tag(await to_wire(error_reply(exc)), residency)
@@ -161,6 +193,7 @@ class ModelReplica:
     async def __del__(self) -> None:
         # Ray Serve calls an async __del__ when it stops the replica: finalize every model's workers.
         self.service.accepting = False
+        await self.pusher.stop()
         for loaded in list(self.resident.values()):
             loaded.unloaded = True
             await self.unload(loaded)

@@ -47,6 +47,9 @@ class Residency(ModelCache):
         self.archive_limits = archive_limits  # (bytes, members) an archive may hold; None: archive.py's defaults
         # Folders outside the models root that links in it may lead to (Ray's replicas link repository folders).
         self.link_roots: list[Path] = []
+        # What a target that is neither loaded nor fetchable lacks, as the server that holds it sees it (Ray's
+        # replicas load from their model repositories, not a model data url).
+        self.missing = "no model data url is set (--sagemaker-model-data-url)"
 
     # --- Triton's multi-model API ------------------------------------------------------------------------------
 
@@ -68,8 +71,7 @@ class Residency(ModelCache):
     async def _miss(self, target: str) -> None:
         """Fetch ``target`` (an archive's path relative to the model data url), extract it and load it."""
         if self.fetch is None:
-            raise not_found(f"model '{target}' is not loaded and no model data url is set "
-                            "(--sagemaker-model-data-url)")
+            raise not_found(f"model '{target}' is not loaded and {self.missing}")
         from naiad.repository.archive import extract_archive  # only on-demand loading needs tarfile
 
         key = model_key(target)

@@ -40,11 +40,11 @@ def find_model(repositories: list[Path], name: str) -> Path | None:
 
 
 def explicit_service(scratch: Path, backend_config: dict[str, dict[str, str]], paths: list[Path] | None = None,
-                     link_roots: list[Path] | None = None) -> Service:
+                     link_roots: list[Path] | None = None, missing: str = "") -> Service:
     """The service, live and accepting, with no model loaded; ``scratch`` holds the residency's model links.
     ``paths``: repositories to list in the index (the ingress's, which never loads them); without them the
     repository is an empty folder and every model comes in through the residency (a replica's), whose links
-    may lead into ``link_roots``."""
+    may lead into ``link_roots``. ``missing``: what an unknown target model lacks, said in its error."""
     if paths is None:
         empty = scratch / "repository"
         empty.mkdir(parents=True, exist_ok=True)
@@ -53,6 +53,8 @@ def explicit_service(scratch: Path, backend_config: dict[str, dict[str, str]], p
     control = ModelControl(repository, "explicit")
     residency = Residency(repository, control, scratch / "models")
     residency.link_roots = list(link_roots or [])
+    if missing:
+        residency.missing = missing
     service = Service(repository, strict_readiness=False, control=control, residency=residency)
     control.load_startup()
     service.live = service.accepting = True

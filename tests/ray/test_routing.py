@@ -130,3 +130,100 @@ def _model_workers() -> set[int]:
             workers |= {child.pid for child in process.children()
                         if "naiad.backends.python.worker" in " ".join(child.cmdline())}
     return workers
+
+
+def test_replica_asked_for_twice_its_models_does_not_thrash(cluster: Cluster, tmp_path: Path) -> None:
+    """A replica holding one model while clients use two, as a survivor is while Ray replaces its dead peer:
+    each model loaded stays --min-model-residency-s, so the replica reloads about once per period (requests for
+    the other model wait) instead of on nearly every request (pure LRU: a,b,a,b... each a load)."""
+    import threading
+    import time
+    from concurrent.futures import ThreadPoolExecutor
+
+    from ray import serve
+
+    residency_s, seconds = 1.0, 6.0
+    repository = copies(tmp_path / "repo", NAMES[:2])
+    options = RayServeOptions(model_repositories=[str(repository)], max_models_per_replica=1,
+                              min_model_residency_s=residency_s, replica_num_cpus=0.5)
+    serve.run(build(options), name=APP, route_prefix="/")
+    outcomes: Counter = Counter()
+    lock = threading.Lock()
+    try:
+        infer(cluster, "m0")
+        deadline = time.monotonic() + seconds
+
+        def client(name: str) -> None:
+            while time.monotonic() < deadline:
+                residency = infer(cluster, name)[1]
+                with lock:
+                    outcomes[residency] += 1
+
+        with ThreadPoolExecutor(4) as pool:
+            for future in [pool.submit(client, name) for name in ("m0", "m1", "m0", "m1")]:
+                future.result()
+        total = sum(outcomes.values())
+        print(f"\ntwo models on a replica holding one, {seconds:g} s: {outcomes['load']} loads in {total} requests")
+        # At most one load per residency period (plus the first); most requests find their model.
+        assert outcomes["load"] <= seconds / residency_s + 2
+        assert outcomes["hit"] >= 0.7 * total and total >= 20
+    finally:
+        serve.delete(APP)
+
+
+def test_statistics_sum_every_replica(cluster: Cluster, tmp_path: Path) -> None:
+    """Two models on two replicas (one model each): the ingress's /v2/models/stats lists both with every
+    request counted, where it answered from a service holding no model (empty), and a model's own statistics
+    come from every replica, not the one a request happened to reach."""
+    from ray import serve
+
+    repository = copies(tmp_path / "repo", NAMES[:2])
+    options = RayServeOptions(model_repositories=[str(repository)], min_replicas=2, max_replicas=2,
+                              max_models_per_replica=1, replica_num_cpus=0.5)
+    serve.run(build(options), name=APP, route_prefix="/")
+    try:
+        sent = {"m0": 5, "m1": 3}
+        replicas = {name: {infer(cluster, name)[0] for _ in range(count)} for name, count in sent.items()}
+        assert all(len(held) == 1 for held in replicas.values()) and replicas["m0"] != replicas["m1"]
+
+        def counts() -> dict[str, int]:
+            status, body, _ = request(cluster.url, "GET", "/v2/models/stats")
+            assert status == 200, body
+            return {row["name"]: row["inference_stats"]["success"]["count"]
+                    for row in json.loads(body)["model_stats"]}
+
+        wait_for(lambda: counts() == sent, 15, "both replicas' statistics at the ingress")
+        status, body, _ = request(cluster.url, "GET", "/v2/models/m1/versions/1/stats")
+        assert status == 200
+        [row] = json.loads(body)["model_stats"]
+        assert (row["name"], row["version"], row["inference_count"]) == ("m1", "1", 3)
+        assert row["inference_stats"]["success"]["ns"] > 0
+        # Triton's answers for what no replica holds.
+        status, body, _ = request(cluster.url, "GET", "/v2/models/nothing/stats")
+        assert (status, json.loads(body)) == (400, {"error": "requested model 'nothing' is not available"})
+        status, body, _ = request(cluster.url, "GET", "/v2/models/m0/versions/7/stats")
+        assert (status, json.loads(body)["error"]) == (400, "requested model version is not available for "
+                                                            "model 'm0'")
+    finally:
+        serve.delete(APP)
+
+
+def test_cold_start_loads_each_model_once(cluster: Cluster, tmp_path: Path) -> None:
+    """Cold, with clients already waiting on every model: each model is loaded on one replica (the first
+    request's), not on every replica the early requests happen to reach before Ray knows who holds it."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    from ray import serve
+
+    repository = copies(tmp_path / "repo", NAMES[:2])
+    options = RayServeOptions(model_repositories=[str(repository)], min_replicas=2, max_replicas=2,
+                              max_models_per_replica=2, replica_num_cpus=0.5)
+    serve.run(build(options), name=APP, route_prefix="/")
+    try:
+        with ThreadPoolExecutor(12) as pool:
+            answers = list(pool.map(lambda name: (name, *infer(cluster, name)), NAMES[:2] * 6))
+        loads = sorted((name, replica) for name, replica, residency in answers if residency == "load")
+        print(f"\ncold start, 12 concurrent requests over 2 models on 2 replicas: loads {loads}")
+        assert sorted(name for name, _ in loads) == NAMES[:2]
+    finally:
+        serve.delete(APP)

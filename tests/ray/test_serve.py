@@ -144,3 +144,33 @@ def test_sagemaker_runtime_with_boto3(ray_serve: Cluster, naiad_serve: RunningSe
     status, body, _ = request(ray_serve.url, "POST", "/invocations", json.dumps(ADD_SUB).encode(),
                               {"Content-Type": "application/json"})
     assert (status, body) == (200, expected)
+
+
+def test_unknown_target_model_names_ray_serves_flag(ray_serve: Cluster) -> None:
+    """boto3 naming a model no repository holds: the error says where naiad ray serve looked (--model-repository,
+    a flag it has), not --sagemaker-model-data-url (naiad serve's, which it doesn't)."""
+    import botocore.exceptions
+
+    runtime = boto3.client("sagemaker-runtime", endpoint_url=f"http://{ray_serve.url}", region_name="us-east-1",
+                           aws_access_key_id="local", aws_secret_access_key="local")
+    with pytest.raises(botocore.exceptions.ClientError) as caught:
+        runtime.invoke_endpoint(EndpointName="local", ContentType="application/json", Body=json.dumps(ADD_SUB),
+                                TargetModel="no_such_model")
+    message = caught.value.response["Error"]["Message"]
+    assert caught.value.response["Error"]["Code"] == "ValidationError"
+    assert "no_such_model" in message and f"--model-repository {EXAMPLES}" in message
+    assert "--sagemaker-model-data-url" not in message
+    import subprocess as run
+
+    flags = run.run([sys.executable, "-m", "naiad", "ray", "serve", "--help"], cwd=ROOT, capture_output=True,
+                    text=True, check=True).stdout
+    assert "--model-repository" in flags and "--sagemaker-model-data-url" not in flags
+
+
+def test_dashboard_says_what_to_use_instead(ray_serve: Cluster) -> None:
+    for path in ("/dashboard", "/dashboard/"):
+        status, body, headers = request(ray_serve.url, "GET", path)
+        assert status == 404 and headers["content-type"].startswith("text/plain")
+        text = body.decode()
+        assert "not served under naiad ray serve" in text
+        assert "GET /v2/models/stats" in text and "8265" in text
