@@ -70,6 +70,9 @@ class H2Connection:
         self._out: list[bytes] = []
         self._preface = False
         self._settings_seen = False
+        # Until the client acknowledges our SETTINGS it may send on a new stream as much as the default window
+        # allows (RFC 9113 6.9.2): our own initial window counts from the ACK on.
+        self._settings_acked = False
         self.streams: dict[int, _Stream] = {}
         self._blocked: dict[int, _Stream] = {}
         self.last_stream_id = 0  # the highest stream the client opened
@@ -325,7 +328,9 @@ class H2Connection:
             if not self.closing:
                 self._count_reset(events)
             return
-        stream = self.streams[sid] = _Stream(sid, self.initial_window, self._stream_window, self.clock())
+        stream = self.streams[sid] = _Stream(sid, self.initial_window,
+                                             self._stream_window if self._settings_acked else f.DEFAULT_WINDOW,
+                                             self.clock())
         stream.remote_closed = end_stream = bool(end_stream)
         limit = self.limits.max_header_list_size
         events.append(RequestReceived(sid, fields, end_stream, size if size > limit else 0))
@@ -342,6 +347,12 @@ class H2Connection:
                     self._fail(f.FRAME_SIZE_ERROR, events, b"SETTINGS ack with a payload")
                 elif not self._settings_seen:
                     self._fail(f.PROTOCOL_ERROR, events, b"the connection preface must end with SETTINGS")
+                elif not self._settings_acked:
+                    self._settings_acked = True
+                    delta = self._stream_window - f.DEFAULT_WINDOW
+                    if delta:
+                        for stream in self.streams.values():
+                            stream.recv_window += delta
             elif n % 6:
                 self._fail(f.FRAME_SIZE_ERROR, events, b"SETTINGS length not a multiple of 6")
             else:

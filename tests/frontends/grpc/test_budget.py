@@ -15,7 +15,7 @@ from naiad.frontends.http2.limits import Limits
 
 PREFACE = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n"
 DATA, HEADERS, SETTINGS, WINDOW_UPDATE = 0, 1, 4, 8
-END_STREAM, END_HEADERS = 0x1, 0x4
+END_STREAM, ACK, END_HEADERS = 0x1, 0x1, 0x4
 WINDOW = 64 * 1024
 LIMIT = 1 << 20
 
@@ -52,7 +52,7 @@ class Peer:
     def __init__(self) -> None:
         self.h2 = H2Connection(Limits(stream_window=WINDOW))
         self.h2.initiate()
-        self.h2.receive(PREFACE + frame(SETTINGS, 0, 0))
+        self.h2.receive(PREFACE + frame(SETTINGS, 0, 0) + frame(SETTINGS, ACK, 0))  # ACK: our windows apply
         self.h2.data_to_send()
         self.budget = Budget(self.h2, LIMIT, WINDOW)
         self.encoder = Encoder()

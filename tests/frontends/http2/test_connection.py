@@ -61,7 +61,7 @@ class Clock:
 class Peer:
     """A client talking to one core: builds frames, feeds them, reads back what the core wrote."""
 
-    def __init__(self, limits: Limits | None = None, **overrides: object) -> None:
+    def __init__(self, limits: Limits | None = None, ack: bool = True, **overrides: object) -> None:
         self.clock = Clock()
         self.conn = H2Connection(limits or Limits(**overrides), clock=self.clock)  # type: ignore[arg-type]
         self.encoder = Encoder()
@@ -70,6 +70,8 @@ class Peer:
         self.greeting = frames_of(self.conn.data_to_send())
         self.events = self.conn.receive(PREFACE + settings())
         self.written = frames_of(self.conn.data_to_send())  # our SETTINGS' ack
+        if ack:  # the client acknowledges the core's SETTINGS, as clients do once they read them
+            self.events += self.conn.receive(frame(SETTINGS, ACK, 0))
 
     def send(self, data: bytes) -> list:
         events = self.conn.receive(data)
@@ -535,6 +537,22 @@ def test_receive_windows_are_topped_up_and_enforced() -> None:
     # More than the window in one frame: the connection window is exceeded first.
     events = peer.send(frame(DATA, 0, 1, b"x" * 100001))
     assert isinstance(events[-1], ConnectionTerminated) and events[-1].error_code == FLOW_CONTROL_ERROR
+
+
+def test_before_the_client_acknowledges_our_settings_a_stream_has_the_default_window() -> None:
+    """RFC 9113 6.9.2: a client may send on a new stream as the default 65,535-byte window allows until it has read
+    (and acknowledged) a smaller SETTINGS_INITIAL_WINDOW_SIZE; then its windows shrink by the difference."""
+    peer = Peer(ack=False, stream_window=16384)
+    peer.send(frame(HEADERS, END_HEADERS, 1, peer.block()))
+    events = peer.send(frame(DATA, 0, 1, b"x" * 60000))
+    assert [type(e) for e in events] == [DataReceived] and peer.resets() == []
+    assert peer.conn.receive_window(1) == 5535
+    peer.send(frame(SETTINGS, ACK, 0))
+    assert peer.conn.receive_window(1) == 5535 - (65535 - 16384)  # as the client now counts it: negative
+    peer.send(frame(HEADERS, END_HEADERS, 3, peer.block()))
+    assert peer.conn.receive_window(3) == 16384
+    peer.send(frame(DATA, 0, 3, b"x" * 16385))
+    assert peer.resets() == [(3, FLOW_CONTROL_ERROR)]
 
 
 def test_answer_before_the_request_ended_resets_the_rest() -> None:
