@@ -351,8 +351,8 @@ class H2Connection:
                     self._settings_acked = True
                     delta = self._stream_window - f.DEFAULT_WINDOW
                     if delta:
-                        for stream in self.streams.values():
-                            stream.recv_window += delta
+                        for opened in self.streams.values():
+                            opened.recv_window += delta
             elif n % 6:
                 self._fail(f.FRAME_SIZE_ERROR, events, b"SETTINGS length not a multiple of 6")
             else:
