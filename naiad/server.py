@@ -76,6 +76,8 @@ class ServerOptions:
 
 
 class Server:
+    share_ports = False  # SO_REUSEPORT on every port (a front-end process of --frontend-processes N)
+
     def __init__(self, options: ServerOptions) -> None:
         self.options = options
         # Before any model loads: each version's statistics keep a window only when summaries are on.
@@ -164,36 +166,7 @@ class Server:
         else:
             await self._load_models()
         self._warn_code_upload()
-        admission = self._gates()
-        if self.options.allow_http:
-            router = Router(self.service, self.options.http, self.options.http_max_input_size)
-            protocol = HttpProtocol
-            if self.options.http.header_forward is not None:
-                from naiad.frontends.http.forwarding import NamedHeadersProtocol as protocol  # type: ignore[assignment]
-            await self._listen("HTTP", router, self.options.http_address, self.options.http_port,
-                               self.options.reuse_http_port, protocol, admission["HTTP"])
-            log.info("Started HTTPService at %s:%d", self.options.http_address, self.options.http_port)
-            if self.options.http.dashboard:
-                log.info("Dashboard at %s", _dashboard_url(self.options.http_address, self.options.http_port))
-        if self.options.sagemaker.enabled:
-            from naiad.frontends.sagemaker.routes import SageMakerRouter
-
-            sagemaker = self.options.sagemaker
-            # The dashboard is served here when HTTP is off.
-            sagemaker_router = SageMakerRouter(self.service, sagemaker,
-                                               None if self.options.allow_http else self.options.http,
-                                               self.options.http.allowed_hosts)
-            await self._listen("Sagemaker", sagemaker_router, sagemaker.address, sagemaker.port,
-                               gate=admission["Sagemaker"])
-            log.info("Started Sagemaker HTTPService at %s:%d", sagemaker.address, sagemaker.port)
-            if not self.options.allow_http and self.options.http.dashboard:
-                log.info("Dashboard at %s", _dashboard_url(sagemaker.address, sagemaker.port))
-        if self.options.grpc.enabled:
-            from naiad.frontends.grpc import (
-                server as grpc_server,  # grpc loads only when it is served
-            )
-
-            self._grpc = await grpc_server.start(self.service, self.options.grpc, admission["GRPC"])
+        await self.open_frontends()
         if self.options.metrics.enabled:
             from naiad.frontends.metrics.server import MetricsService
 
@@ -207,6 +180,40 @@ class Server:
             self.service.live = True
             self.service.accepting = True
             self.control.start_polling()
+
+    async def open_frontends(self) -> None:
+        """Listen on the HTTP, SageMaker and gRPC ports (the model host of --frontend-processes N starts
+        processes that do instead)."""
+        admission = self._gates()
+        if self.options.allow_http:
+            router = Router(self.service, self.options.http, self.options.http_max_input_size)
+            protocol = HttpProtocol
+            if self.options.http.header_forward is not None:
+                from naiad.frontends.http.forwarding import NamedHeadersProtocol as protocol  # type: ignore[assignment]
+            await self._listen("HTTP", router, self.options.http_address, self.options.http_port,
+                               self.options.reuse_http_port or self.share_ports, protocol, admission["HTTP"])
+            log.info("Started HTTPService at %s:%d", self.options.http_address, self.options.http_port)
+            if self.options.http.dashboard:
+                log.info("Dashboard at %s", _dashboard_url(self.options.http_address, self.options.http_port))
+        if self.options.sagemaker.enabled:
+            from naiad.frontends.sagemaker.routes import SageMakerRouter
+
+            sagemaker = self.options.sagemaker
+            # The dashboard is served here when HTTP is off.
+            sagemaker_router = SageMakerRouter(self.service, sagemaker,
+                                               None if self.options.allow_http else self.options.http,
+                                               self.options.http.allowed_hosts)
+            await self._listen("Sagemaker", sagemaker_router, sagemaker.address, sagemaker.port,
+                               self.share_ports, gate=admission["Sagemaker"])
+            log.info("Started Sagemaker HTTPService at %s:%d", sagemaker.address, sagemaker.port)
+            if not self.options.allow_http and self.options.http.dashboard:
+                log.info("Dashboard at %s", _dashboard_url(sagemaker.address, sagemaker.port))
+        if self.options.grpc.enabled:
+            from naiad.frontends.grpc import (
+                server as grpc_server,  # grpc loads only when it is served
+            )
+
+            self._grpc = await grpc_server.start(self.service, self.options.grpc, admission["GRPC"])
 
     def _warn_code_upload(self) -> None:
         """Explicit mode: say which front ends refuse model code, and how to allow it; or that any client may."""
