@@ -73,7 +73,7 @@ class Host(Server):
         # The options as the front end needs them: its logging is its own (a LogSettings holds open handlers).
         proc.stdin.write(pickle.dumps(dataclasses.replace(self.options, log_settings=None)))
         proc.stdin.close()
-        link = Link(self.service, parent, self._lost, self._changed)
+        link = Link(self.service, parent, self._lost, self._changed, self._unregistered)
         link.attach(loop)
         self.links[index], self.procs[index] = link, proc
         while not link.ready.is_set():
@@ -96,6 +96,11 @@ class Host(Server):
         for link in self.links:
             if link is not None:
                 link.send((wire.INVALIDATE,))
+
+    def _unregistered(self, names: list[str] | None) -> None:
+        for link in self.links:
+            if link is not None:
+                link.send((wire.SHM, names))
 
     def _view_ids(self) -> tuple:
         """Which view each loaded version has: a new one means the front ends' kept views are stale."""

@@ -37,11 +37,12 @@ class Link:
     """One front-end process, as the host sees it: its channel and the requests it has in flight here."""
 
     def __init__(self, service: Service, sock: socket.socket, on_lost: Callable[[Link], None],
-                 on_change: Callable[[], None]) -> None:
+                 on_change: Callable[[], None], on_unregister: Callable[[list[str] | None], None]) -> None:
         self.service = service
         self.channel = Channel(sock, Arena(), self._blocked)
         self._on_lost = on_lost
         self._on_change = on_change
+        self._on_unregister = on_unregister
         self.loop: asyncio.AbstractEventLoop | None = None
         self.ready = asyncio.Event()
         self.requests: dict[int, asyncio.Future] = {}  # unary futures and stream / call tasks, by the front end's id
@@ -172,6 +173,9 @@ class Link:
         try:
             if method == "load_model" and args[3] is not None:
                 args = (*args[:3], CodeConsent(*args[3]))
+            if method.startswith("shm_"):
+                self.send((_REPLY, id_, True, self._shm(method, args)))
+                return
             value = getattr(self.service, method)
             if callable(value):
                 value = value(*args)
@@ -184,6 +188,21 @@ class Link:
             self.send((_REPLY, id_, False, error_value(exc)))
             return
         self.send((_REPLY, id_, True, plain(method, value)))
+
+    def _shm(self, method: str, args: tuple) -> Any:
+        """The host's registry checks and counts every registration; each front end opens regions itself."""
+        registry = self.service.shared_memory
+        if method == "shm_register":
+            registry.register(*args)
+        elif method == "shm_unregister":
+            registry.unregister(*args)
+            self._on_unregister(list(args))  # before the answer: no front end uses it after the client is told
+        elif method == "shm_unregister_all":
+            registry.unregister_all()
+            self._on_unregister(None)
+        else:
+            return registry.status(*args)
+        return None
 
     def _called(self, id_: int, method: str, task: asyncio.Future) -> None:
         if task.cancelled():

@@ -35,10 +35,8 @@ log = logging.getLogger("naiad")
 
 MAX_IN_FLIGHT = 4096  # requests at the host at once, from one front end
 CALL_TIMEOUT = 600.0  # seconds a synchronous call waits for the host (a load may take long)
-SHM_REFUSED = ("system shared memory is not supported with --frontend-processes > 1 yet; "
-               "serve with --frontend-processes 1 to use it")
 _ERRORS = {cls.__name__: cls for cls in (InferError, UrlRefused, ArchiveError)}
-_RESULT, _REPLY, _INVALIDATE = wire.RESULT, wire.REPLY, wire.INVALIDATE
+_RESULT, _REPLY, _INVALIDATE, _SHM = wire.RESULT, wire.REPLY, wire.INVALIDATE, wire.SHM
 
 
 def error_of(value: tuple[str, str, str]) -> InferError:
@@ -46,12 +44,56 @@ def error_of(value: tuple[str, str, str]) -> InferError:
     return _ERRORS.get(kind, InferError)(message, Code[code])
 
 
-class LocalRegistry(SharedMemoryRegistry):
-    """Until regions are shared between processes, a front end refuses to register one (a region registered
-    through one front end would not be known to the others)."""
+class SharedRegistry(SharedMemoryRegistry):
+    """The host's registry, as one front end sees it: registrations go to the host (which checks them, caps them
+    and answers status), and each front end opens a region itself, by its key, the first time a request names it
+    here. The host tells every front end when a region goes (``SHM``), before it answers the unregister."""
+
+    def __init__(self, service: RemoteService) -> None:
+        super().__init__()
+        self.service = service
 
     def register(self, name: str, key: str, offset: int, byte_size: int) -> None:
-        raise InferError(SHM_REFUSED, Code.UNSUPPORTED)
+        self.service._call("shm_register", name, key, offset, byte_size)
+        self._open(name, key, offset, byte_size)
+
+    def _open(self, name: str, key: str, offset: int, byte_size: int) -> None:
+        self.forget([name])
+        try:
+            super().register(name, key, offset, byte_size)
+        except InferError:
+            pass  # the host holds it; this front end tries again when a request names it
+
+    def unregister(self, name: str) -> None:
+        region = self.regions.get(name)
+        if region is not None and region.users:
+            super().unregister(name)  # raises while a request here still uses it
+        self.service._call("shm_unregister", name)
+        self.forget([name])
+
+    def unregister_all(self) -> None:
+        self.service._call("shm_unregister_all")
+        self.forget(None)
+
+    def status(self, name: str = "") -> list[dict[str, Any]]:
+        return self.service._call("shm_status", name)  # type: ignore[no-any-return]
+
+    def find(self, name: str, offset: int, byte_size: int) -> Any:
+        if name not in self.regions:
+            try:
+                (found,) = self.service._call("shm_status", name)
+            except InferError:
+                found = None
+            if found is not None:
+                self._open(name, found["key"], found["offset"], found["byte_size"])
+        return super().find(name, offset, byte_size)
+
+    def forget(self, names: list[str] | None) -> None:
+        """Close this front end's copies of regions the host dropped (None: all)."""
+        for name in list(self.regions) if names is None else names:
+            region = self.regions.pop(name, None)
+            if region is not None:
+                region.close()
 
 
 class RemoteService(Service):
@@ -70,7 +112,7 @@ class RemoteService(Service):
         self.accepting = True  # this front end's own: False once it drains
         self.failure = None
         self.residency = None
-        self.shared_memory = LocalRegistry()
+        self.shared_memory: SharedRegistry = SharedRegistry(self)
         self.stats = ResidencyStats()  # SageMaker's invocation counters, this process's own (not summed)
 
     def attach(self, loop: asyncio.AbstractEventLoop) -> None:
@@ -126,6 +168,8 @@ class RemoteService(Service):
                         future.set_result((ok, value))
             elif kind == _INVALIDATE:
                 self._views.clear()
+            elif kind == _SHM:
+                self.shared_memory.forget(message[1])
 
     def _result(self, message: tuple) -> None:
         _, id_, name, version, response_id, outputs, parameters, error, final = message

@@ -23,11 +23,12 @@ class Kind(IntEnum):
     RESULT = 110  # one response to INFER or STREAM
     REPLY = 111  # the answer to a CALL
     INVALIDATE = 112  # the repository changed: forget the model views kept
+    SHM = 113  # shared-memory regions were unregistered (names, or None: all): close them
 
 
 # The kinds as plain ints (marshal carries no enum).
 INFER, STREAM, CANCEL, CALL, READY = int(Kind.INFER), int(Kind.STREAM), int(Kind.CANCEL), int(Kind.CALL), int(Kind.READY)
-RESULT, REPLY, INVALIDATE = int(Kind.RESULT), int(Kind.REPLY), int(Kind.INVALIDATE)
+RESULT, REPLY, INVALIDATE, SHM = int(Kind.RESULT), int(Kind.REPLY), int(Kind.INVALIDATE), int(Kind.SHM)
 
 
 class Request(NamedTuple):
@@ -85,6 +86,7 @@ CALLS = frozenset({
     "model_config_message", "model_statistics", "repository_index", "load_model", "unload_model", "model_metrics",
     "sagemaker_models", "sagemaker_model", "sagemaker_load", "sagemaker_unload", "sagemaker_touch",
     "sagemaker_hit", "sagemaker_ensure", "sagemaker_models_root",
+    "shm_register", "shm_unregister", "shm_unregister_all", "shm_status",
     "trace_settings", "update_trace_settings", "log_settings_values", "update_log_settings", "dashboard_feed",
 })
 
