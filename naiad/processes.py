@@ -73,7 +73,7 @@ class Host(Server):
         # The options as the front end needs them: its logging is its own (a LogSettings holds open handlers).
         proc.stdin.write(pickle.dumps(dataclasses.replace(self.options, log_settings=None)))
         proc.stdin.close()
-        link = Link(self.service, parent, self._lost, self._changed, self._unregistered)
+        link = Link(self.service, parent, self._lost, self._changed, self._unregistered, self._live_links)
         link.attach(loop)
         self.links[index], self.procs[index] = link, proc
         while not link.ready.is_set():
@@ -89,13 +89,18 @@ class Host(Server):
         """A front end's channel closed: the watcher restarts the process once it has exited."""
         for index, known in enumerate(self.links):
             proc = self.procs[index]
-            if known is link and proc is not None and proc.poll() is None and not self._stopping:
+            # (A front end that fails to start closes its channel before it says why: let it.)
+            if known is link and link.ready.is_set() and proc is not None and proc.poll() is None \
+                    and not self._stopping:
                 proc.kill()  # a front end without its channel can serve nothing
 
     def _changed(self) -> None:
         for link in self.links:
             if link is not None:
                 link.send((wire.INVALIDATE,))
+
+    def _live_links(self) -> list[Link]:
+        return [link for link in self.links if link is not None and not link.closed]
 
     def _unregistered(self, names: list[str] | None) -> None:
         for link in self.links:

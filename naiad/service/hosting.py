@@ -23,7 +23,7 @@ log = logging.getLogger("naiad")
 
 _INFER, _STREAM, _CANCEL, _CALL, _READY = (wire.INFER, wire.STREAM, wire.CANCEL,
                                            wire.CALL, wire.READY)
-_RESULT, _REPLY = wire.RESULT, wire.REPLY
+_RESULT, _REPLY, _USED = wire.RESULT, wire.REPLY, wire.USED
 
 
 def error_value(exc: BaseException) -> tuple[str, str, str]:
@@ -37,12 +37,16 @@ class Link:
     """One front-end process, as the host sees it: its channel and the requests it has in flight here."""
 
     def __init__(self, service: Service, sock: socket.socket, on_lost: Callable[[Link], None],
-                 on_change: Callable[[], None], on_unregister: Callable[[list[str] | None], None]) -> None:
+                 on_change: Callable[[], None], on_unregister: Callable[[list[str] | None], None],
+                 peers: Callable[[], list[Link]]) -> None:
         self.service = service
         self.channel = Channel(sock, Arena(), self._blocked)
         self._on_lost = on_lost
         self._on_change = on_change
         self._on_unregister = on_unregister
+        self._peers = peers
+        self._uses: dict[int, asyncio.Future] = {}  # USES asked of this front end, by number
+        self._next_use = 0
         self.loop: asyncio.AbstractEventLoop | None = None
         self.ready = asyncio.Event()
         self.requests: dict[int, asyncio.Future] = {}  # unary futures and stream / call tasks, by the front end's id
@@ -76,6 +80,10 @@ class Link:
         for future in list(self.requests.values()):
             future.cancel()
         self.requests.clear()
+        for future in self._uses.values():
+            if not future.done():
+                future.set_result([])  # a front end that is gone holds nothing
+        self._uses.clear()
         self._on_lost(self)
 
     def close(self) -> None:
@@ -108,6 +116,10 @@ class Link:
                 self._track(message[1], asyncio.ensure_future(self._stream(message[1], self._decode(message))))
             elif kind == _CALL:
                 self._call(*message[1:])
+            elif kind == _USED:
+                future = self._uses.pop(message[1], None)
+                if future is not None and not future.done():
+                    future.set_result(message[2])
             elif kind == _READY:
                 self.ready.set()
 
@@ -173,8 +185,18 @@ class Link:
         try:
             if method == "load_model" and args[3] is not None:
                 args = (*args[:3], CodeConsent(*args[3]))
-            if method.startswith("shm_"):
-                self.send((_REPLY, id_, True, self._shm(method, args)))
+            if method in ("shm_register", "shm_status"):
+                registry = self.service.shared_memory
+                value = None
+                if method == "shm_register":
+                    registry.register(*args)
+                else:
+                    value = registry.status(*args)
+                self.send((_REPLY, id_, True, value))
+                return
+            if method in ("shm_unregister", "shm_unregister_all"):
+                task = asyncio.ensure_future(self._unregister(list(args) if args else None))
+                task.add_done_callback(lambda t: self._called(id_, method, t))
                 return
             value = getattr(self.service, method)
             if callable(value):
@@ -189,20 +211,43 @@ class Link:
             return
         self.send((_REPLY, id_, True, plain(method, value)))
 
-    def _shm(self, method: str, args: tuple) -> Any:
-        """The host's registry checks and counts every registration; each front end opens regions itself."""
+    def uses(self, names: list[str] | None) -> "asyncio.Future[list[str]]":
+        """Ask the front end which of ``names`` (None: all) a request there holds."""
+        assert self.loop is not None
+        future: asyncio.Future[list[str]] = self.loop.create_future()
+        if self.closed:
+            future.set_result([])
+            return future
+        self._next_use += 1
+        self._uses[self._next_use] = future
+        self.send((wire.USES, self._next_use, names))
+        return future
+
+    async def _unregister(self, names: list[str] | None) -> None:
+        """Unregister as one registry would, a region held by a request in any front end refused in Triton's
+        words; every front end closes its copies before the client is answered."""
+        busy: set[str] = set()
+        for held in await asyncio.gather(*(link.uses(names) for link in self._peers())):
+            busy.update(held)
         registry = self.service.shared_memory
-        if method == "shm_register":
-            registry.register(*args)
-        elif method == "shm_unregister":
-            registry.unregister(*args)
-            self._on_unregister(list(args))  # before the answer: no front end uses it after the client is told
-        elif method == "shm_unregister_all":
-            registry.unregister_all()
-            self._on_unregister(None)
-        else:
-            return registry.status(*args)
-        return None
+        if names is not None:
+            (name,) = names
+            if name in busy:
+                raise internal(f"Cannot unregister shared memory region '{name}', it is currently in use.")
+            registry.unregister(name)
+            self._on_unregister([name])
+            return
+        dropped, failed = [], []
+        for name in sorted(registry.regions):
+            if name in busy:
+                failed.append(name)
+            else:
+                registry.unregister(name)
+                dropped.append(name)
+        self._on_unregister(dropped)
+        if failed:
+            raise internal("Failed to unregister the following system shared memory regions: "
+                           + "".join(f"{name} ," for name in failed))
 
     def _called(self, id_: int, method: str, task: asyncio.Future) -> None:
         if task.cancelled():

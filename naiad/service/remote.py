@@ -11,6 +11,7 @@ synchronous one waits for its REPLY on the channel, handling whatever else arriv
 from __future__ import annotations
 
 import asyncio
+import gc
 import logging
 import os
 import select
@@ -36,7 +37,7 @@ log = logging.getLogger("naiad")
 MAX_IN_FLIGHT = 4096  # requests at the host at once, from one front end
 CALL_TIMEOUT = 600.0  # seconds a synchronous call waits for the host (a load may take long)
 _ERRORS = {cls.__name__: cls for cls in (InferError, UrlRefused, ArchiveError)}
-_RESULT, _REPLY, _INVALIDATE, _SHM = wire.RESULT, wire.REPLY, wire.INVALIDATE, wire.SHM
+_RESULT, _REPLY, _INVALIDATE, _SHM, _USES = wire.RESULT, wire.REPLY, wire.INVALIDATE, wire.SHM, wire.USES
 
 
 def error_of(value: tuple[str, str, str]) -> InferError:
@@ -65,15 +66,19 @@ class SharedRegistry(SharedMemoryRegistry):
             pass  # the host holds it; this front end tries again when a request names it
 
     def unregister(self, name: str) -> None:
-        region = self.regions.get(name)
-        if region is not None and region.users:
-            super().unregister(name)  # raises while a request here still uses it
-        self.service._call("shm_unregister", name)
-        self.forget([name])
+        self.service._call("shm_unregister", name)  # the host asks every front end whether a request holds it
 
     def unregister_all(self) -> None:
         self.service._call("shm_unregister_all")
-        self.forget(None)
+
+    def in_use(self, names: list[str] | None) -> list[str]:
+        """Which of ``names`` (None: all) a request in this process holds."""
+        held = [name for name in (list(self.regions) if names is None else names)
+                if name in self.regions and self.regions[name].users]
+        if held:
+            gc.collect()  # a finished request's hold may wait in cyclic garbage
+            held = [name for name in held if self.regions[name].users]
+        return held
 
     def status(self, name: str = "") -> list[dict[str, Any]]:
         return self.service._call("shm_status", name)  # type: ignore[no-any-return]
@@ -170,6 +175,8 @@ class RemoteService(Service):
                 self._views.clear()
             elif kind == _SHM:
                 self.shared_memory.forget(message[1])
+            elif kind == _USES:
+                self._send((wire.USED, message[1], self.shared_memory.in_use(message[2])))
 
     def _result(self, message: tuple) -> None:
         _, id_, name, version, response_id, outputs, parameters, error, final = message

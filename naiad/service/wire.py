@@ -19,16 +19,19 @@ class Kind(IntEnum):
     CANCEL = 102  # the client went away: cancel request ``id``
     CALL = 103  # any other face method, by name, with plain arguments (answered by REPLY)
     READY = 104  # the front end listens on its ports
+    USED = 105  # the answer to USES: which of those regions a request here holds
     # Host -> front end.
     RESULT = 110  # one response to INFER or STREAM
     REPLY = 111  # the answer to a CALL
     INVALIDATE = 112  # the repository changed: forget the model views kept
     SHM = 113  # shared-memory regions were unregistered (names, or None: all): close them
+    USES = 114  # which of these regions (names, or None: all) does a request here hold?
 
 
 # The kinds as plain ints (marshal carries no enum).
 INFER, STREAM, CANCEL, CALL, READY = int(Kind.INFER), int(Kind.STREAM), int(Kind.CANCEL), int(Kind.CALL), int(Kind.READY)
 RESULT, REPLY, INVALIDATE, SHM = int(Kind.RESULT), int(Kind.REPLY), int(Kind.INVALIDATE), int(Kind.SHM)
+USED, USES = int(Kind.USED), int(Kind.USES)
 
 
 class Request(NamedTuple):
