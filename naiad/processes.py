@@ -46,16 +46,13 @@ class Host(Server):
         self._stopping = False
         self._watcher: asyncio.Task | None = None
         self._views: tuple = ()
+        self._announced = False
 
     async def open_frontends(self) -> None:
+        if self.service.failure is None:
+            # Live before the front ends listen: the first to listen may be asked before the last starts.
+            self.service.live = self.service.accepting = True
         await asyncio.gather(*(self._spawn(index) for index in range(self.count)))
-        options = self.options
-        if options.allow_http:
-            log.info("Started HTTPService at %s:%d", options.http_address, options.http_port)
-        if options.sagemaker.enabled:
-            log.info("Started Sagemaker HTTPService at %s:%d", options.sagemaker.address, options.sagemaker.port)
-        if options.grpc.enabled:
-            log.info("Started GRPCInferenceService at %s:%d", options.grpc.address, options.grpc.port)
         log.info("%d front-end processes: %s", self.count, " ".join(str(p.pid) for p in self.procs if p))
         self._views = self._view_ids()
         self._watcher = asyncio.get_running_loop().create_task(self._watch())
@@ -71,9 +68,11 @@ class Host(Server):
         child.close()
         assert proc.stdin is not None
         # The options as the front end needs them: its logging is its own (a LogSettings holds open handlers).
-        proc.stdin.write(pickle.dumps(dataclasses.replace(self.options, log_settings=None)))
+        proc.stdin.write(pickle.dumps((dataclasses.replace(self.options, log_settings=None),
+                                       self.service.log_settings.as_dict())))
         proc.stdin.close()
         link = Link(self.service, parent, self._lost, self._changed, self._unregistered, self._live_links)
+        link.on_ready = self._announce
         link.attach(loop)
         self.links[index], self.procs[index] = link, proc
         while not link.ready.is_set():
@@ -84,6 +83,19 @@ class Host(Server):
                 await asyncio.wait_for(link.ready.wait(), WATCH_SECONDS)
             except asyncio.TimeoutError:
                 pass
+
+    def _announce(self) -> None:
+        """Once, as the first front end says it listens: before any request it took is read here."""
+        if self._announced:
+            return
+        self._announced = True
+        options = self.options
+        if options.allow_http:
+            log.info("Started HTTPService at %s:%d", options.http_address, options.http_port)
+        if options.sagemaker.enabled:
+            log.info("Started Sagemaker HTTPService at %s:%d", options.sagemaker.address, options.sagemaker.port)
+        if options.grpc.enabled:
+            log.info("Started GRPCInferenceService at %s:%d", options.grpc.address, options.grpc.port)
 
     def _lost(self, link: Link) -> None:
         """A front end's channel closed: the watcher restarts the process once it has exited."""
@@ -161,7 +173,8 @@ class Frontend(Server):
 
     share_ports = True
 
-    def __init__(self, options: ServerOptions, index: int, sock: socket.socket) -> None:  # no super().__init__
+    def __init__(self, options: ServerOptions, index: int, sock: socket.socket,
+                 logs: dict[str, Any]) -> None:  # no super().__init__
         options.grpc.reuse_port = True
         self.options = options
         self.index = index
@@ -171,10 +184,15 @@ class Frontend(Server):
         self._grpc = None
         self._metrics = None
         self._stop = asyncio.Event()
+        self.logs = logs
 
     async def start(self) -> None:
         self.remote.attach(asyncio.get_running_loop())
         await self.open_frontends()
+        # Logging as the host's from now on (its start-up lines are the host's to write).
+        logs = self.logs
+        self.remote.log_settings.configure(logs["log_info"], logs["log_warning"], logs["log_error"],
+                                           logs["log_verbose_level"], logs["log_format"], logs["log_file"])
         self.remote._send((wire.READY,))
 
     async def stop(self, drain: bool = True) -> None:
@@ -189,7 +207,7 @@ class Frontend(Server):
 
 def main(argv: list[str]) -> int:
     index, fd = int(argv[0]), int(argv[1])
-    options: ServerOptions = pickle.load(sys.stdin.buffer)
+    options, logs = pickle.load(sys.stdin.buffer)
     logging.basicConfig(level=logging.WARNING, format=f"front end {index}: %(message)s")
     sock = socket.socket(fileno=fd)
     try:
@@ -199,7 +217,7 @@ def main(argv: list[str]) -> int:
     except ImportError:
         run = asyncio.run
     try:
-        run(Frontend(options, index, sock).run())
+        run(Frontend(options, index, sock, logs).run())
     except SystemExit as exc:
         if isinstance(exc.code, str):
             print(exc.code, file=sys.stderr)

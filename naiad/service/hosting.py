@@ -49,6 +49,7 @@ class Link:
         self._next_use = 0
         self.loop: asyncio.AbstractEventLoop | None = None
         self.ready = asyncio.Event()
+        self.on_ready: Callable[[], None] | None = None
         self.requests: dict[int, asyncio.Future] = {}  # unary futures and stream / call tasks, by the front end's id
         self.closed = False
 
@@ -122,6 +123,8 @@ class Link:
                     future.set_result(message[2])
             elif kind == _READY:
                 self.ready.set()
+                if self.on_ready is not None:
+                    self.on_ready()
 
     def _decode(self, message: tuple) -> InferRequest:
         (_, _, name, version, request_id, inputs, requested, parameters, correlation_id, flags, priority,
@@ -174,6 +177,7 @@ class Link:
                     return
         except InferError as exc:
             response = InferResponse(request.model_name, request.model_version, request.id, error=exc)
+            response.final = wire.REFUSED  # type: ignore[assignment]
             self._result(id_, response)
 
     # --- calls --------------------------------------------------------------------------------------------------
@@ -185,14 +189,8 @@ class Link:
         try:
             if method == "load_model" and args[3] is not None:
                 args = (*args[:3], CodeConsent(*args[3]))
-            if method in ("shm_register", "shm_status"):
-                registry = self.service.shared_memory
-                value = None
-                if method == "shm_register":
-                    registry.register(*args)
-                else:
-                    value = registry.status(*args)
-                self.send((_REPLY, id_, True, value))
+            if method in ("shm_register", "shm_status", "shm_cuda_status", "shm_cuda_register"):
+                self.send((_REPLY, id_, True, getattr(self.service.shared_memory, method[4:])(*args)))
                 return
             if method in ("shm_unregister", "shm_unregister_all"):
                 task = asyncio.ensure_future(self._unregister(list(args) if args else None))
@@ -209,6 +207,9 @@ class Link:
         except Exception as exc:
             self.send((_REPLY, id_, False, error_value(exc)))
             return
+        if method == "update_log_settings":
+            for link in self._peers():
+                link.send((wire.LOGS, args[0]))  # each front end logs as the host does
         self.send((_REPLY, id_, True, plain(method, value)))
 
     def uses(self, names: list[str] | None) -> "asyncio.Future[list[str]]":

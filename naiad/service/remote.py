@@ -26,6 +26,7 @@ from naiad.config import ModelConfig
 from naiad.core.errors import Code, InferError, internal, unavailable
 from naiad.core.model_view import ModelView
 from naiad.core.request import InferRequest, InferResponse
+from naiad.core.settings import LogSettings
 from naiad.core.shared_memory import SharedMemoryRegistry
 from naiad.repository.consent import CodeConsent
 from naiad.repository.residency import ArchiveError, ResidencyStats, UrlRefused
@@ -37,7 +38,8 @@ log = logging.getLogger("naiad")
 MAX_IN_FLIGHT = 4096  # requests at the host at once, from one front end
 CALL_TIMEOUT = 600.0  # seconds a synchronous call waits for the host (a load may take long)
 _ERRORS = {cls.__name__: cls for cls in (InferError, UrlRefused, ArchiveError)}
-_RESULT, _REPLY, _INVALIDATE, _SHM, _USES = wire.RESULT, wire.REPLY, wire.INVALIDATE, wire.SHM, wire.USES
+_RESULT, _REPLY, _INVALIDATE, _SHM, _USES, _LOGS = (wire.RESULT, wire.REPLY, wire.INVALIDATE, wire.SHM, wire.USES,
+                                                wire.LOGS)
 
 
 def error_of(value: tuple[str, str, str]) -> InferError:
@@ -83,6 +85,12 @@ class SharedRegistry(SharedMemoryRegistry):
     def status(self, name: str = "") -> list[dict[str, Any]]:
         return self.service._call("shm_status", name)  # type: ignore[no-any-return]
 
+    def cuda_status(self, name: str = "") -> list[dict[str, Any]]:
+        return self.service._call("shm_cuda_status", name)  # type: ignore[no-any-return]
+
+    def cuda_register(self, name: str) -> None:
+        self.service._call("shm_cuda_register", name)
+
     def find(self, name: str, offset: int, byte_size: int) -> Any:
         if name not in self.regions:
             try:
@@ -118,6 +126,7 @@ class RemoteService(Service):
         self.failure = None
         self.residency = None
         self.shared_memory: SharedRegistry = SharedRegistry(self)
+        self.log_settings = LogSettings()  # this process's logging, as the host's (``configure``; LOGS)
         self.stats = ResidencyStats()  # SageMaker's invocation counters, this process's own (not summed)
 
     def attach(self, loop: asyncio.AbstractEventLoop) -> None:
@@ -175,6 +184,8 @@ class RemoteService(Service):
                 self._views.clear()
             elif kind == _SHM:
                 self.shared_memory.forget(message[1])
+            elif kind == _LOGS:
+                self.log_settings.update(**message[1])
             elif kind == _USES:
                 self._send((wire.USED, message[1], self.shared_memory.in_use(message[2])))
 
@@ -255,6 +266,9 @@ class RemoteService(Service):
         try:
             while True:
                 response = await queue.get()
+                if response.final == wire.REFUSED:  # refused before the model: raised, as the face raises it
+                    assert response.error is not None
+                    raise response.error
                 yield response
                 if response.final:
                     return

@@ -25,13 +25,15 @@ class Kind(IntEnum):
     REPLY = 111  # the answer to a CALL
     INVALIDATE = 112  # the repository changed: forget the model views kept
     SHM = 113  # shared-memory regions were unregistered (names, or None: all): close them
+    LOGS = 115  # the log settings changed (the changes): apply them here too
     USES = 114  # which of these regions (names, or None: all) does a request here hold?
 
 
 # The kinds as plain ints (marshal carries no enum).
 INFER, STREAM, CANCEL, CALL, READY = int(Kind.INFER), int(Kind.STREAM), int(Kind.CANCEL), int(Kind.CALL), int(Kind.READY)
 RESULT, REPLY, INVALIDATE, SHM = int(Kind.RESULT), int(Kind.REPLY), int(Kind.INVALIDATE), int(Kind.SHM)
-USED, USES = int(Kind.USED), int(Kind.USES)
+USED, USES, LOGS = int(Kind.USED), int(Kind.USES), int(Kind.LOGS)
+REFUSED = 2  # a RESULT's ``final`` when the face raised the error instead of answering it (stream refusals)
 
 
 class Request(NamedTuple):
@@ -89,7 +91,7 @@ CALLS = frozenset({
     "model_config_message", "model_statistics", "repository_index", "load_model", "unload_model", "model_metrics",
     "sagemaker_models", "sagemaker_model", "sagemaker_load", "sagemaker_unload", "sagemaker_touch",
     "sagemaker_hit", "sagemaker_ensure", "sagemaker_models_root",
-    "shm_register", "shm_unregister", "shm_unregister_all", "shm_status",
+    "shm_register", "shm_unregister", "shm_unregister_all", "shm_status", "shm_cuda_status", "shm_cuda_register",
     "trace_settings", "update_trace_settings", "log_settings_values", "update_log_settings", "dashboard_feed",
 })
 
