@@ -27,7 +27,7 @@ from pathlib import Path
 from typing import Any, Callable, Coroutine
 
 import naiad
-from naiad.server import Server, ServerOptions
+from naiad.server import Server, ServerOptions, _dashboard_url
 from naiad.service import wire
 from naiad.service.hosting import Link
 from naiad.service.remote import RemoteService, lost_host
@@ -49,6 +49,7 @@ class Host(Server):
         self._announced = False
 
     async def open_frontends(self) -> None:
+        await self.open_metrics()  # the host's own port, open before any front end answers ready
         if self.service.failure is None:
             # Live before the front ends listen: the first to listen may be asked before the last starts.
             self.service.live = self.service.accepting = True
@@ -92,8 +93,12 @@ class Host(Server):
         options = self.options
         if options.allow_http:
             log.info("Started HTTPService at %s:%d", options.http_address, options.http_port)
+            if options.http.dashboard:
+                log.info("Dashboard at %s", _dashboard_url(options.http_address, options.http_port))
         if options.sagemaker.enabled:
             log.info("Started Sagemaker HTTPService at %s:%d", options.sagemaker.address, options.sagemaker.port)
+            if not options.allow_http and options.http.dashboard:
+                log.info("Dashboard at %s", _dashboard_url(options.sagemaker.address, options.sagemaker.port))
         if options.grpc.enabled:
             log.info("Started GRPCInferenceService at %s:%d", options.grpc.address, options.grpc.port)
 

@@ -167,6 +167,14 @@ class Server:
             await self._load_models()
         self._warn_code_upload()
         await self.open_frontends()
+        if self._metrics is None:
+            await self.open_metrics()
+        if failure is None:
+            self.service.live = True
+            self.service.accepting = True
+            self.control.start_polling()
+
+    async def open_metrics(self) -> None:
         if self.options.metrics.enabled:
             from naiad.frontends.metrics.server import MetricsService
 
@@ -176,10 +184,6 @@ class Server:
             except OSError as exc:
                 raise SystemExit(_bind_error("Metrics", self.options.metrics.address, self.options.metrics.port,
                                              exc)) from None
-        if failure is None:
-            self.service.live = True
-            self.service.accepting = True
-            self.control.start_polling()
 
     async def open_frontends(self) -> None:
         """Listen on the HTTP, SageMaker and gRPC ports (the model host of --frontend-processes N starts
