@@ -51,8 +51,9 @@ class Host(Server):
     async def open_frontends(self) -> None:
         await self.open_metrics()  # the host's own port, open before any front end answers ready
         if self.service.failure is None:
-            # Live before the front ends listen: the first to listen may be asked before the last starts.
-            self.service.live = self.service.accepting = True
+            # Accepting before the front ends listen (the first may take requests before the last starts); live,
+            # and so ready, once they all do.
+            self.service.accepting = True
         await asyncio.gather(*(self._spawn(index) for index in range(self.count)))
         log.info("%d front-end processes: %s", self.count, " ".join(str(p.pid) for p in self.procs if p))
         self._views = self._view_ids()

@@ -52,6 +52,7 @@ class Link:
         self.on_ready: Callable[[], None] | None = None
         self.requests: dict[int, asyncio.Future] = {}  # unary futures and stream / call tasks, by the front end's id
         self.closed = False
+        self._out: list[tuple] = []
 
     def attach(self, loop: asyncio.AbstractEventLoop) -> None:
         self.loop = loop
@@ -66,10 +67,20 @@ class Link:
             self.loop.remove_writer(self.channel.sock.fileno())
 
     def send(self, message: tuple) -> None:
+        """Queue ``message``; what is queued goes in one datagram at the end of this turn of the loop (one system
+        call and one wake-up of the front end for a burst of answers)."""
         if self.closed:
             return
+        if not self._out:
+            self.loop.call_soon(self._flush)  # type: ignore[union-attr]
+        self._out.append(message)
+
+    def _flush(self) -> None:
+        out, self._out = self._out, []
+        if self.closed or not out:
+            return
         try:
-            self.channel.send(message)
+            self.channel.send_many(out)
         except EOFError:
             self.lost()
 
@@ -163,11 +174,10 @@ class Link:
     def _result(self, id_: int, response: InferResponse) -> None:
         error = response.error
         pack = self.channel.pack
-        with self.channel.lock:
-            self.send((_RESULT, id_, response.model_name, response.model_version, response.id,
-                       [pack(name, array) for name, array in response.outputs.items()], response.parameters,
-                       None if error is None else (type(error).__name__, error.code.name, error.message),
-                       response.final))
+        self.send((_RESULT, id_, response.model_name, response.model_version, response.id,
+                   [pack(name, array) for name, array in response.outputs.items()], response.parameters,
+                   None if error is None else (type(error).__name__, error.code.name, error.message),
+                   response.final))
 
     async def _stream(self, id_: int, request: InferRequest) -> None:
         try:

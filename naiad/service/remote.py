@@ -120,6 +120,7 @@ class RemoteService(Service):
         self._calls: dict[int, Any] = {}  # async calls: future; synchronous: None until the reply
         self._waiting: deque[tuple[asyncio.Future | None, tuple]] = deque()  # over MAX_IN_FLIGHT
         self._active = 0
+        self._out: list[tuple] = []
         self._views: dict[tuple[str, str], ModelView] = {}
         self._idle: asyncio.Event | None = None
         self.accepting = True  # this front end's own: False once it drains
@@ -142,8 +143,17 @@ class RemoteService(Service):
             self.loop.remove_writer(self.channel.sock.fileno())
 
     def _send(self, message: tuple) -> None:
+        """Queue ``message``: what is queued goes in one datagram at the end of this turn of the loop."""
+        if not self._out:
+            self.loop.call_soon(self._flush)  # type: ignore[union-attr]
+        self._out.append(message)
+
+    def _flush(self) -> None:
+        out, self._out = self._out, []
+        if not out:
+            return
         try:
-            self.channel.send(message)
+            self.channel.send_many(out)
         except EOFError:
             self._lost()
 
@@ -301,7 +311,8 @@ class RemoteService(Service):
         """A synchronous call: send it, then read the channel (answering whatever else comes) until its reply."""
         id_ = self._id()
         self._calls[id_] = None
-        self._send((wire.CALL, id_, method, args))
+        self._out.append((wire.CALL, id_, method, args))
+        self._flush()  # now, after what was queued before it
         sock = self.channel.sock
         while self._calls.get(id_) is None:
             writing = [sock] if self.channel._backlog else []
@@ -310,6 +321,7 @@ class RemoteService(Service):
                 self.channel.flush()
             if readable:
                 self._on_readable()
+                self._flush()  # what it answered meanwhile (the host may be waiting for it: USED)
             elif not writable:
                 del self._calls[id_]
                 raise unavailable("the model host did not answer")
@@ -447,6 +459,8 @@ class RemoteService(Service):
         return self._call("dashboard_feed", port)  # type: ignore[no-any-return]
 
     def close(self) -> None:
+        if not self.channel.closed:
+            self._flush()
         if self.loop is not None:
             try:
                 self.loop.remove_reader(self.channel.sock.fileno())
