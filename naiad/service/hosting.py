@@ -23,7 +23,7 @@ log = logging.getLogger("naiad")
 
 _INFER, _STREAM, _CANCEL, _CALL, _READY = (wire.INFER, wire.STREAM, wire.CANCEL,
                                            wire.CALL, wire.READY)
-_RESULT, _REPLY, _USED = wire.RESULT, wire.REPLY, wire.USED
+_RESULT, _REPLY, _USED, _STATS = wire.RESULT, wire.REPLY, wire.USED, wire.STATS
 
 
 def error_value(exc: BaseException) -> tuple[str, str, str]:
@@ -128,6 +128,8 @@ class Link:
                 self._track(message[1], asyncio.ensure_future(self._stream(message[1], self._decode(message))))
             elif kind == _CALL:
                 self._call(*message[1:])
+            elif kind == _STATS:
+                self._add_stats(message)
             elif kind == _USED:
                 future = self._uses.pop(message[1], None)
                 if future is not None and not future.done():
@@ -136,6 +138,19 @@ class Link:
                 self.ready.set()
                 if self.on_ready is not None:
                     self.on_ready()
+
+    def _add_stats(self, message: tuple) -> None:
+        if not self.service.sagemaker:
+            return
+        _, invocations, errors_4xx, errors_5xx, ml_count, ml_sum, ol_count, ol_sum = message
+        stats = self.service.sagemaker_stats()
+        stats.invocations += invocations
+        stats.errors_4xx += errors_4xx
+        stats.errors_5xx += errors_5xx
+        stats.model_latency.count += ml_count
+        stats.model_latency.sum_us += ml_sum
+        stats.overhead_latency.count += ol_count
+        stats.overhead_latency.sum_us += ol_sum
 
     def _decode(self, message: tuple) -> InferRequest:
         (_, _, name, version, request_id, inputs, requested, parameters, correlation_id, flags, priority,

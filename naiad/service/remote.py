@@ -29,7 +29,7 @@ from naiad.core.request import InferRequest, InferResponse
 from naiad.core.settings import LogSettings
 from naiad.core.shared_memory import SharedMemoryRegistry
 from naiad.repository.consent import CodeConsent
-from naiad.repository.residency import ArchiveError, ResidencyStats, UrlRefused
+from naiad.repository.residency import ArchiveError, ResidencyStats, Timing, UrlRefused
 from naiad.service import wire
 from naiad.service.face import Service
 
@@ -109,6 +109,42 @@ class SharedRegistry(SharedMemoryRegistry):
                 region.close()
 
 
+class _Timing(Timing):
+    def __init__(self, changed: Callable[[], None]) -> None:
+        super().__init__()
+        self.changed = changed
+
+    def add(self, seconds: float) -> None:
+        super().add(seconds)
+        self.changed()
+
+
+class ForwardedStats(ResidencyStats):
+    """The SageMaker front end's counters in this process; each change is sent to the host's at the end of the
+    loop's turn (before the client can ask /metrics), and these start again from zero."""
+
+    def __init__(self, changed: Callable[[], None]) -> None:
+        super().__init__(model_latency=_Timing(changed), overhead_latency=_Timing(changed))
+        object.__setattr__(self, "changed", changed)
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        object.__setattr__(self, name, value)
+        changed = self.__dict__.get("changed")  # (None while the dataclass's __init__ sets the fields)
+        if changed is not None and name in ("invocations", "errors_4xx", "errors_5xx"):
+            changed()
+
+    def take(self) -> tuple:
+        """The counts since the last take, as a STATS message; zero again."""
+        ml, ol = self.model_latency, self.overhead_latency
+        message = (wire.STATS, self.invocations, self.errors_4xx, self.errors_5xx, ml.count, ml.sum_us, ol.count,
+                   ol.sum_us)
+        for name in ("invocations", "errors_4xx", "errors_5xx"):
+            object.__setattr__(self, name, 0)
+        ml.count = ol.count = 0
+        ml.sum_us = ol.sum_us = 0.0
+        return message
+
+
 class RemoteService(Service):
     def __init__(self, sock: socket.socket, on_lost: Callable[[], None]) -> None:  # noqa: no super().__init__
         self.channel = Channel(sock, Arena(), self._blocked)
@@ -128,7 +164,8 @@ class RemoteService(Service):
         self.residency = None
         self.shared_memory: SharedRegistry = SharedRegistry(self)
         self.log_settings = LogSettings()  # this process's logging, as the host's (``configure``; LOGS)
-        self.stats = ResidencyStats()  # SageMaker's invocation counters, this process's own (not summed)
+        self.stats = ForwardedStats(self._stats_changed)  # SageMaker's invocation counters, summed by the host
+        self._stats_due = False
 
     def attach(self, loop: asyncio.AbstractEventLoop) -> None:
         self.loop = loop
@@ -164,6 +201,15 @@ class RemoteService(Service):
             except (ValueError, OSError):
                 pass
         self._on_lost()
+
+    def _stats_changed(self) -> None:
+        if not self._stats_due and self.loop is not None:
+            self._stats_due = True
+            self.loop.call_soon(self._send_stats)
+
+    def _send_stats(self) -> None:
+        self._stats_due = False
+        self._send(self.stats.take())
 
     def _id(self) -> int:
         self._next_id += 1

@@ -20,6 +20,7 @@ class Kind(IntEnum):
     CALL = 103  # any other face method, by name, with plain arguments (answered by REPLY)
     READY = 104  # the front end listens on its ports
     USED = 105  # the answer to USES: which of those regions a request here holds
+    STATS = 106  # SageMaker's invocation counters since the last STATS: add them to the host's
     # Host -> front end.
     RESULT = 110  # one response to INFER or STREAM
     REPLY = 111  # the answer to a CALL
@@ -32,7 +33,7 @@ class Kind(IntEnum):
 # The kinds as plain ints (marshal carries no enum).
 INFER, STREAM, CANCEL, CALL, READY = int(Kind.INFER), int(Kind.STREAM), int(Kind.CANCEL), int(Kind.CALL), int(Kind.READY)
 RESULT, REPLY, INVALIDATE, SHM = int(Kind.RESULT), int(Kind.REPLY), int(Kind.INVALIDATE), int(Kind.SHM)
-USED, USES, LOGS = int(Kind.USED), int(Kind.USES), int(Kind.LOGS)
+USED, USES, LOGS, STATS = int(Kind.USED), int(Kind.USES), int(Kind.LOGS), int(Kind.STATS)
 REFUSED = 2  # a RESULT's ``final`` when the face raised the error instead of answering it (stream refusals)
 
 
