@@ -154,15 +154,21 @@ class Host(Server):
                     await asyncio.sleep(1.0)  # and try again on the next round
 
     async def stop(self, drain: bool = True) -> None:
-        """The front ends drain first (the host still answers them), then the host as one process would."""
+        """The front ends drain as the host does (they finish what they have in flight here, and what the host
+        cuts at its exit timeout comes back to them as UNAVAILABLE); the host waits for them to exit before it
+        finalizes the models."""
         self._stopping = True
         if self._watcher is not None:
             self._watcher.cancel()
-        procs = [p for p in self.procs if p is not None and p.poll() is None]
-        for proc in procs:
-            proc.send_signal(signal.SIGTERM if drain else signal.SIGKILL)
-        deadline = time.monotonic() + (self.options.exit_timeout_secs if drain else 5.0)
-        while any(p.poll() is None for p in procs) and time.monotonic() < deadline:
+        for proc in self.procs:
+            if proc is not None and proc.poll() is None:
+                proc.send_signal(signal.SIGTERM if drain else signal.SIGKILL)
+        await super().stop(drain)
+
+    async def close_frontends(self, deadline: float | None, cut: int) -> None:
+        procs = [p for p in self.procs if p is not None]
+        end = deadline + 1.0 if deadline is not None else time.monotonic() + 5.0  # (they write what was cut)
+        while any(p.poll() is None for p in procs) and time.monotonic() < end:
             await asyncio.sleep(0.02)
         for proc in procs:
             if proc.poll() is None:
@@ -171,7 +177,6 @@ class Host(Server):
         for link in self.links:
             if link is not None:
                 link.close()
-        await super().stop(drain)
 
 
 class Frontend(Server):
@@ -204,10 +209,12 @@ class Frontend(Server):
     async def stop(self, drain: bool = True) -> None:
         if drain:
             await self.remote.drain(self.options.exit_timeout_secs)
+        await asyncio.sleep(0.05)  # the answers that ended the drain are written before the connections close
         for server in self._servers:
             server.close()
         if self._grpc is not None:
             await self._grpc.stop(grace=None)
+        await asyncio.sleep(0.05)  # and what the connections hold before the process exits
         self.remote.close()
 
 

@@ -308,12 +308,7 @@ class Server:
                 cut = self.service.cut(CUT_MESSAGE)
                 log.warning("Timeout: %d in-flight requests did not complete; answered UNAVAILABLE", cut)
                 await asyncio.sleep(0.05)  # the front ends write those answers
-        for server in self._servers:
-            server.close()
-        if self._grpc is not None:
-            # grpc.aio cancels what is still running at once, unless a grace lets it send the answers just cut.
-            await self._grpc.stop(grace=min(0.5, max(0.0, deadline - time.monotonic())) if deadline and cut
-                                  else None)
+        await self.close_frontends(deadline, cut)
         if self._metrics is not None:
             self._metrics.stop()
         self.service.live = False
@@ -322,6 +317,16 @@ class Server:
         self.service.shared_memory.close()  # unmap what clients left registered
         self.service.tracer.close()  # the traces still held, and the trace file's closing bracket
         log.info("All models are stopped, unloading models")
+
+
+    async def close_frontends(self, deadline: float | None, cut: int) -> None:
+        """Stop listening and close the connections (after the drain: their answers are written)."""
+        for server in self._servers:
+            server.close()
+        if self._grpc is not None:
+            # grpc.aio cancels what is still running at once, unless a grace lets it send the answers just cut.
+            await self._grpc.stop(grace=min(0.5, max(0.0, deadline - time.monotonic())) if deadline and cut
+                                  else None)
 
 
 def _dashboard_url(address: str, port: int) -> str:

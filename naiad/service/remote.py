@@ -259,10 +259,7 @@ class RemoteService(Service):
             return
         queue = self._queues.get(id_)
         if queue is not None:
-            if final:
-                del self._queues[id_]
-                self._done()
-            queue.put_nowait(response)
+            queue.put_nowait(response)  # (in flight until the stream's reader took the last: see ``stream``)
 
     def _done(self) -> None:
         self._active -= 1
@@ -319,9 +316,11 @@ class RemoteService(Service):
         queue: asyncio.Queue[InferResponse] = asyncio.Queue()
         self._queues[id_] = queue
         self._forward(self._request(wire.STREAM, id_, request), None)
+        ended = False
         try:
             while True:
                 response = await queue.get()
+                ended = bool(response.final)
                 if response.final == wire.REFUSED:  # refused before the model: raised, as the face raises it
                     assert response.error is not None
                     raise response.error
@@ -329,9 +328,10 @@ class RemoteService(Service):
                 if response.final:
                     return
         finally:
-            if self._queues.pop(id_, None) is not None:  # the client went away before the last response
+            del self._queues[id_]
+            if not ended:  # the client went away before the last response
                 self._send((wire.CANCEL, id_))
-                self._done()
+            self._done()
 
     @property
     def in_flight(self) -> int:
