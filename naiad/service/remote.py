@@ -154,7 +154,8 @@ class RemoteService(Service):
         self._unary: dict[int, asyncio.Future] = {}
         self._queues: dict[int, asyncio.Queue] = {}
         self._calls: dict[int, Any] = {}  # async calls: future; synchronous: None until the reply
-        self._waiting: deque[tuple[asyncio.Future | None, tuple]] = deque()  # over MAX_IN_FLIGHT
+        self._waiting: deque[tuple[int, tuple]] = deque()  # over MAX_IN_FLIGHT, in order
+        self._unsent: set[int] = set()  # their ids, until sent (or withdrawn: the client went away)
         self._active = 0
         self._out: list[tuple] = []
         self._views: dict[tuple[str, str], ModelView] = {}
@@ -261,15 +262,24 @@ class RemoteService(Service):
         if queue is not None:
             queue.put_nowait(response)  # (in flight until the stream's reader took the last: see ``stream``)
 
-    def _done(self) -> None:
-        self._active -= 1
+    def _done(self, sent: bool = True) -> None:
+        if sent:
+            self._active -= 1
         while self._waiting and self._active < MAX_IN_FLIGHT:
-            future, message = self._waiting.popleft()
-            if future is None or not future.done():
+            id_, message = self._waiting.popleft()
+            if id_ in self._unsent:
+                self._unsent.discard(id_)
                 self._active += 1
                 self._send(message)
         if self._idle is not None and not self.in_flight:
             self._idle.set()
+
+    def _withdraw(self, id_: int) -> bool:
+        """Whether ``id_`` was still waiting here (it never reached the host); it won't now."""
+        if id_ in self._unsent:
+            self._unsent.discard(id_)
+            return True
+        return False
 
     # --- inference ----------------------------------------------------------------------------------------------
 
@@ -280,12 +290,13 @@ class RemoteService(Service):
                 request.parameters, request.correlation_id, request.flags, request.priority, request.timeout_us,
                 request.raw_input)
 
-    def _forward(self, message: tuple, future: asyncio.Future | None) -> None:
+    def _forward(self, id_: int, message: tuple) -> None:
         if self._active < MAX_IN_FLIGHT:
             self._active += 1
             self._send(message)
         else:
-            self._waiting.append((future, message))
+            self._unsent.add(id_)
+            self._waiting.append((id_, message))
 
     def infer(self, request: InferRequest, view: ModelView | None = None) -> "asyncio.Future[InferResponse]":
         if not self.accepting:
@@ -301,13 +312,15 @@ class RemoteService(Service):
         future: asyncio.Future[InferResponse] = self.loop.create_future()
         self._unary[id_] = future
         future.add_done_callback(lambda f: self._cancelled(id_) if f.cancelled() else None)
-        self._forward(self._request(wire.INFER, id_, request), future)
+        self._forward(id_, self._request(wire.INFER, id_, request))
         return future
 
     def _cancelled(self, id_: int) -> None:
         if self._unary.pop(id_, None) is not None:
-            self._send((wire.CANCEL, id_))
-            self._done()
+            sent = not self._withdraw(id_)
+            if sent:
+                self._send((wire.CANCEL, id_))
+            self._done(sent)
 
     async def stream(self, request: InferRequest, view: ModelView | None = None) -> AsyncIterator[InferResponse]:
         if not self.accepting:
@@ -315,7 +328,7 @@ class RemoteService(Service):
         id_ = self._id()
         queue: asyncio.Queue[InferResponse] = asyncio.Queue()
         self._queues[id_] = queue
-        self._forward(self._request(wire.STREAM, id_, request), None)
+        self._forward(id_, self._request(wire.STREAM, id_, request))
         ended = False
         try:
             while True:
@@ -329,9 +342,10 @@ class RemoteService(Service):
                     return
         finally:
             del self._queues[id_]
-            if not ended:  # the client went away before the last response
+            sent = not self._withdraw(id_)
+            if sent and not ended:  # the client went away before the last response
                 self._send((wire.CANCEL, id_))
-            self._done()
+            self._done(sent)
 
     @property
     def in_flight(self) -> int:
