@@ -131,6 +131,10 @@ def build_parser() -> argparse.ArgumentParser:
                        help="largest request body accepted, in bytes, and the most a compressed body may expand "
                             "to; a larger Content-Length is answered 413 before the body is read")
     _flag(serve, "--reuse-http-port", False, "let several servers listen on the HTTP port (SO_REUSEPORT)")
+    serve.add_argument("--frontend-processes", default="1", metavar="N|auto",
+                       help="processes that serve the HTTP, gRPC and SageMaker ports, each calling this one (the model "
+                            "host) through shared memory; 1: one process does everything. auto: 1 on hosts with 2 "
+                            "cores or fewer, else one per core but one (at most 16)")
     serve.add_argument("--shared-memory-max-regions", type=int, default=1024, metavar="N",
                        help="most system shared memory regions registered at once (each keeps a descriptor open)")
     http_options.add_arguments(serve, _flag)
@@ -292,13 +296,34 @@ def serve(args: argparse.Namespace) -> int:
     except ImportError:
         run = asyncio.run
     try:
-        run(Server(options).run())
+        processes = frontend_processes(args.frontend_processes)
+    except ValueError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 1
+    try:
+        if processes > 1:
+            from naiad.processes import Host
+
+            server: Server = Host(options, processes)
+        else:
+            server = Server(options)
+        run(server.run())
     except SystemExit as exc:
         if isinstance(exc.code, str):
             print(exc.code, file=sys.stderr)
             return 1
         raise
     return 0
+
+
+def frontend_processes(value: str) -> int:
+    """--frontend-processes: a count, or ``auto`` (one on a small host, where one process is faster)."""
+    if value == "auto":
+        cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+        return 1 if cores <= 2 else min(cores - 1, 16)
+    if not value.isdigit() or int(value) < 1:
+        raise ValueError(f"--frontend-processes must be a positive number or auto, not '{value}'")
+    return int(value)
 
 
 def main(argv: list[str] | None = None) -> int:

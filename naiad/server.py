@@ -77,6 +77,8 @@ class ServerOptions:
 
 
 class Server:
+    share_ports = False  # SO_REUSEPORT on every port (a front-end process of --frontend-processes N)
+
     def __init__(self, options: ServerOptions) -> None:
         self.options = options
         # Before any model loads: each version's statistics keep a window only when summaries are on.
@@ -166,6 +168,28 @@ class Server:
         else:
             await self._load_models()
         self._warn_code_upload()
+        await self.open_frontends()
+        if self._metrics is None:
+            await self.open_metrics()
+        if failure is None:
+            self.service.live = True
+            self.service.accepting = True
+            self.control.start_polling()
+
+    async def open_metrics(self) -> None:
+        if self.options.metrics.enabled:
+            from naiad.frontends.metrics.server import MetricsService
+
+            self._metrics = MetricsService(self.service, self.options.metrics)
+            try:
+                await self._metrics.start()
+            except OSError as exc:
+                raise SystemExit(_bind_error("Metrics", self.options.metrics.address, self.options.metrics.port,
+                                             exc)) from None
+
+    async def open_frontends(self) -> None:
+        """Listen on the HTTP, SageMaker and gRPC ports (the model host of --frontend-processes N starts
+        processes that do instead)."""
         admission = self._gates()
         if self.options.allow_http:
             router = Router(self.service, self.options.http, self.options.http_max_input_size)
@@ -173,7 +197,7 @@ class Server:
             if self.options.http.header_forward is not None:
                 from naiad.frontends.http.forwarding import NamedHeadersProtocol as protocol  # type: ignore[assignment]
             await self._listen("HTTP", router, self.options.http_address, self.options.http_port,
-                               self.options.reuse_http_port, protocol, admission["HTTP"])
+                               self.options.reuse_http_port or self.share_ports, protocol, admission["HTTP"])
             log.info("Started HTTPService at %s:%d", self.options.http_address, self.options.http_port)
             if self.options.http.dashboard:
                 log.info("Dashboard at %s", _dashboard_url(self.options.http_address, self.options.http_port))
@@ -186,7 +210,7 @@ class Server:
                                                None if self.options.allow_http else self.options.http,
                                                self.options.http.allowed_hosts)
             await self._listen("Sagemaker", sagemaker_router, sagemaker.address, sagemaker.port,
-                               gate=admission["Sagemaker"])
+                               self.share_ports, gate=admission["Sagemaker"])
             log.info("Started Sagemaker HTTPService at %s:%d", sagemaker.address, sagemaker.port)
             if not self.options.allow_http and self.options.http.dashboard:
                 log.info("Dashboard at %s", _dashboard_url(sagemaker.address, sagemaker.port))
@@ -196,19 +220,6 @@ class Server:
             )
 
             self._grpc = await grpc_server.start(self.service, self.options.grpc, admission["GRPC"])
-        if self.options.metrics.enabled:
-            from naiad.frontends.metrics.server import MetricsService
-
-            self._metrics = MetricsService(self.service, self.options.metrics)
-            try:
-                await self._metrics.start()
-            except OSError as exc:
-                raise SystemExit(_bind_error("Metrics", self.options.metrics.address, self.options.metrics.port,
-                                             exc)) from None
-        if failure is None:
-            self.service.live = True
-            self.service.accepting = True
-            self.control.start_polling()
 
     def _warn_code_upload(self) -> None:
         """Explicit mode: say which front ends refuse model code, and how to allow it; or that any client may."""
@@ -299,12 +310,7 @@ class Server:
                 cut = self.service.cut(CUT_MESSAGE)
                 log.warning("Timeout: %d in-flight requests did not complete; answered UNAVAILABLE", cut)
                 await asyncio.sleep(0.05)  # the front ends write those answers
-        for server in self._servers:
-            server.close()
-        if self._grpc is not None:
-            # grpc.aio cancels what is still running at once, unless a grace lets it send the answers just cut.
-            await self._grpc.stop(grace=min(0.5, max(0.0, deadline - time.monotonic())) if deadline and cut
-                                  else None)
+        await self.close_frontends(deadline, cut)
         if self._metrics is not None:
             self._metrics.stop()
         self.service.live = False
@@ -313,6 +319,16 @@ class Server:
         self.service.shared_memory.close()  # unmap what clients left registered
         self.service.tracer.close()  # the traces still held, and the trace file's closing bracket
         log.info("All models are stopped, unloading models")
+
+
+    async def close_frontends(self, deadline: float | None, cut: int) -> None:
+        """Stop listening and close the connections (after the drain: their answers are written)."""
+        for server in self._servers:
+            server.close()
+        if self._grpc is not None:
+            # grpc.aio cancels what is still running at once, unless a grace lets it send the answers just cut.
+            await self._grpc.stop(grace=min(0.5, max(0.0, deadline - time.monotonic())) if deadline and cut
+                                  else None)
 
 
 def _dashboard_url(address: str, port: int) -> str:

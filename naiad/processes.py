@@ -1,0 +1,243 @@
+"""``naiad serve --frontend-processes N``: this process is the model host (repository, schedulers, backends,
+statistics, the metrics port) and N front-end processes serve the HTTP, gRPC and SageMaker ports, each on the
+same ports (SO_REUSEPORT: the kernel spreads connections), calling the host through ``service.remote`` over a
+shared-memory channel (``service.hosting`` is the host's end).
+
+Faults: a front end that dies (kill -9) loses its own connections; what it had in flight at the host is
+cancelled and it is started again. A host that dies takes the front ends with it (their channel closes; the first
+says so). SIGTERM drains every process: the front ends stop accepting and finish what they have in flight while
+the host still serves, then the host drains and finalizes as one process would.
+
+Run as ``python -m naiad.processes INDEX FD`` by the host: the options come pickled on stdin.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import logging
+import os
+import pickle
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any, Callable, Coroutine
+
+import naiad
+from naiad.server import Server, ServerOptions, _dashboard_url
+from naiad.service import wire
+from naiad.service.hosting import Link
+from naiad.service.remote import RemoteService, lost_host
+
+log = logging.getLogger("naiad")
+
+WATCH_SECONDS = 0.2  # how often the host looks at its front ends (exits) and the repository (changed views)
+
+
+class Host(Server):
+    def __init__(self, options: ServerOptions, count: int) -> None:
+        super().__init__(options)
+        self.count = count
+        self.links: list[Link | None] = [None] * count
+        self.procs: list[subprocess.Popen | None] = [None] * count
+        self._stopping = False
+        self._watcher: asyncio.Task | None = None
+        self._views: tuple = ()
+        self._announced = False
+
+    async def open_frontends(self) -> None:
+        await self.open_metrics()  # the host's own port, open before any front end answers ready
+        if self.service.failure is None:
+            # Accepting before the front ends listen (the first may take requests before the last starts); live,
+            # and so ready, once they all do.
+            self.service.accepting = True
+        await asyncio.gather(*(self._spawn(index) for index in range(self.count)))
+        log.info("%d front-end processes: %s", self.count, " ".join(str(p.pid) for p in self.procs if p))
+        self._views = self._view_ids()
+        self._watcher = asyncio.get_running_loop().create_task(self._watch())
+
+    async def _spawn(self, index: int) -> None:
+        loop = asyncio.get_running_loop()
+        parent, child = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+        env = dict(os.environ)
+        root = str(Path(naiad.__file__).parent.parent)
+        env["PYTHONPATH"] = root + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
+        proc = subprocess.Popen([sys.executable, "-m", "naiad.processes", str(index), str(child.fileno())],
+                                pass_fds=[child.fileno()], stdin=subprocess.PIPE, env=env)
+        child.close()
+        assert proc.stdin is not None
+        # The options as the front end needs them: its logging is its own (a LogSettings holds open handlers).
+        proc.stdin.write(pickle.dumps((dataclasses.replace(self.options, log_settings=None),
+                                       self.service.log_settings.as_dict())))
+        proc.stdin.close()
+        link = Link(self.service, parent, self._lost, self._changed, self._unregistered, self._live_links)
+        link.on_ready = self._announce
+        link.attach(loop)
+        self.links[index], self.procs[index] = link, proc
+        while not link.ready.is_set():
+            if proc.poll() is not None:
+                link.close()
+                raise SystemExit(f"error: front-end process {index} failed to start (exit code {proc.returncode})")
+            try:
+                await asyncio.wait_for(link.ready.wait(), WATCH_SECONDS)
+            except asyncio.TimeoutError:
+                pass
+
+    def _announce(self) -> None:
+        """Once, as the first front end says it listens: before any request it took is read here."""
+        if self._announced:
+            return
+        self._announced = True
+        options = self.options
+        if options.allow_http:
+            log.info("Started HTTPService at %s:%d", options.http_address, options.http_port)
+            if options.http.dashboard:
+                log.info("Dashboard at %s", _dashboard_url(options.http_address, options.http_port))
+        if options.sagemaker.enabled:
+            log.info("Started Sagemaker HTTPService at %s:%d", options.sagemaker.address, options.sagemaker.port)
+            if not options.allow_http and options.http.dashboard:
+                log.info("Dashboard at %s", _dashboard_url(options.sagemaker.address, options.sagemaker.port))
+        if options.grpc.enabled:
+            log.info("Started GRPCInferenceService at %s:%d", options.grpc.address, options.grpc.port)
+
+    def _lost(self, link: Link) -> None:
+        """A front end's channel closed: the watcher restarts the process once it has exited."""
+        for index, known in enumerate(self.links):
+            proc = self.procs[index]
+            # (A front end that fails to start closes its channel before it says why: let it.)
+            if known is link and link.ready.is_set() and proc is not None and proc.poll() is None \
+                    and not self._stopping:
+                proc.kill()  # a front end without its channel can serve nothing
+
+    def _changed(self) -> None:
+        for link in self.links:
+            if link is not None:
+                link.send((wire.INVALIDATE,))
+
+    def _live_links(self) -> list[Link]:
+        return [link for link in self.links if link is not None and not link.closed]
+
+    def _unregistered(self, names: list[str] | None) -> None:
+        for link in self.links:
+            if link is not None:
+                link.send((wire.SHM, names))
+
+    def _view_ids(self) -> tuple:
+        """Which view each loaded version has: a new one means the front ends' kept views are stale."""
+        return tuple((name, version, id(model.view)) for name, entry in self.repository.models.items()
+                     for version, model in entry.versions.items())
+
+    async def _watch(self) -> None:
+        while not self._stopping:
+            await asyncio.sleep(WATCH_SECONDS)
+            views = self._view_ids()
+            if views != self._views:
+                self._views = views
+                self._changed()
+            for index, proc in enumerate(self.procs):
+                if proc is None or proc.poll() is None or self._stopping:
+                    continue
+                code = proc.returncode
+                log.warning("front-end process %d (pid %d) exited (%s); starting it again", index, proc.pid,
+                            f"signal {-code}" if code < 0 else f"exit code {code}")
+                link = self.links[index]
+                if link is not None:
+                    link.lost()
+                self.procs[index] = None
+                try:
+                    await self._spawn(index)
+                except SystemExit as exc:
+                    log.error("%s", exc.code)
+                    await asyncio.sleep(1.0)  # and try again on the next round
+
+    async def stop(self, drain: bool = True) -> None:
+        """The front ends drain as the host does (they finish what they have in flight here, and what the host
+        cuts at its exit timeout comes back to them as UNAVAILABLE); the host waits for them to exit before it
+        finalizes the models."""
+        self._stopping = True
+        if self._watcher is not None:
+            self._watcher.cancel()
+        for proc in self.procs:
+            if proc is not None and proc.poll() is None:
+                proc.send_signal(signal.SIGTERM if drain else signal.SIGKILL)
+        await super().stop(drain)
+
+    async def close_frontends(self, deadline: float | None, cut: int) -> None:
+        procs = [p for p in self.procs if p is not None]
+        end = deadline + 1.0 if deadline is not None else time.monotonic() + 5.0  # (they write what was cut)
+        while any(p.poll() is None for p in procs) and time.monotonic() < end:
+            await asyncio.sleep(0.02)
+        for proc in procs:
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait()
+        for link in self.links:
+            if link is not None:
+                link.close()
+
+
+class Frontend(Server):
+    """One front-end process: the ports, over the host's face."""
+
+    share_ports = True
+
+    def __init__(self, options: ServerOptions, index: int, sock: socket.socket,
+                 logs: dict[str, Any]) -> None:  # no super().__init__
+        options.grpc.reuse_port = True
+        self.options = options
+        self.index = index
+        self.remote = RemoteService(sock, lost_host(index))
+        self.service = self.remote
+        self._servers = []
+        self._grpc = None
+        self._metrics = None
+        self._stop = asyncio.Event()
+        self.logs = logs
+
+    async def start(self) -> None:
+        self.remote.attach(asyncio.get_running_loop())
+        await self.open_frontends()
+        # Logging as the host's from now on (its start-up lines are the host's to write).
+        logs = self.logs
+        self.remote.log_settings.configure(logs["log_info"], logs["log_warning"], logs["log_error"],
+                                           logs["log_verbose_level"], logs["log_format"], logs["log_file"])
+        self.remote._send((wire.READY,))
+
+    async def stop(self, drain: bool = True) -> None:
+        if drain:
+            await self.remote.drain(self.options.exit_timeout_secs)
+        await asyncio.sleep(0.05)  # the answers that ended the drain are written before the connections close
+        for server in self._servers:
+            server.close()
+        if self._grpc is not None:
+            await self._grpc.stop(grace=None)
+        await asyncio.sleep(0.05)  # and what the connections hold before the process exits
+        self.remote.close()
+
+
+def main(argv: list[str]) -> int:
+    index, fd = int(argv[0]), int(argv[1])
+    options, logs = pickle.load(sys.stdin.buffer)
+    logging.basicConfig(level=logging.WARNING, format=f"front end {index}: %(message)s")
+    sock = socket.socket(fileno=fd)
+    try:
+        import uvloop
+
+        run: Callable[[Coroutine[Any, Any, None]], None] = uvloop.run
+    except ImportError:
+        run = asyncio.run
+    try:
+        run(Frontend(options, index, sock, logs).run())
+    except SystemExit as exc:
+        if isinstance(exc.code, str):
+            print(exc.code, file=sys.stderr)
+            return 1
+        raise
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

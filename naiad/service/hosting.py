@@ -1,0 +1,295 @@
+"""The model host's end of one front-end process's channel (``--frontend-processes N``): requests and calls come in
+(``wire.py``), go to the face (``face.Service``) as a front end in this process would send them, and their answers
+go back. Everything runs on the host's event loop; the channel is read with ``loop.add_reader``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import inspect
+import logging
+import socket
+from typing import Any, Callable
+
+from naiad.backends.python.shm import Arena
+from naiad.backends.python.transport import Channel
+from naiad.core.errors import InferError, internal
+from naiad.core.request import InferRequest, InferResponse
+from naiad.repository.consent import CodeConsent
+from naiad.service import wire
+from naiad.service.face import Service
+
+log = logging.getLogger("naiad")
+
+_INFER, _STREAM, _CANCEL, _CALL, _READY = (wire.INFER, wire.STREAM, wire.CANCEL,
+                                           wire.CALL, wire.READY)
+_RESULT, _REPLY, _USED, _STATS = wire.RESULT, wire.REPLY, wire.USED, wire.STATS
+
+
+def error_value(exc: BaseException) -> tuple[str, str, str]:
+    if not isinstance(exc, InferError):
+        log.exception("a front end's call failed", exc_info=exc)
+        exc = internal(str(exc) or type(exc).__name__)
+    return type(exc).__name__, exc.code.name, exc.message
+
+
+class Link:
+    """One front-end process, as the host sees it: its channel and the requests it has in flight here."""
+
+    def __init__(self, service: Service, sock: socket.socket, on_lost: Callable[[Link], None],
+                 on_change: Callable[[], None], on_unregister: Callable[[list[str] | None], None],
+                 peers: Callable[[], list[Link]]) -> None:
+        self.service = service
+        self.channel = Channel(sock, Arena(), self._blocked)
+        self._on_lost = on_lost
+        self._on_change = on_change
+        self._on_unregister = on_unregister
+        self._peers = peers
+        self._uses: dict[int, asyncio.Future] = {}  # USES asked of this front end, by number
+        self._next_use = 0
+        self.loop: asyncio.AbstractEventLoop | None = None
+        self.ready = asyncio.Event()
+        self.on_ready: Callable[[], None] | None = None
+        self.requests: dict[int, asyncio.Future] = {}  # unary futures and stream / call tasks, by the front end's id
+        self.closed = False
+        self._out: list[tuple] = []
+
+    def attach(self, loop: asyncio.AbstractEventLoop) -> None:
+        self.loop = loop
+        loop.add_reader(self.channel.sock.fileno(), self._on_readable)
+
+    def _blocked(self) -> None:
+        if self.loop is not None:
+            self.loop.add_writer(self.channel.sock.fileno(), self._on_writable)
+
+    def _on_writable(self) -> None:
+        if self.channel.flush() and self.loop is not None:
+            self.loop.remove_writer(self.channel.sock.fileno())
+
+    def send(self, message: tuple) -> None:
+        """Queue ``message``; what is queued goes in one datagram at the end of this turn of the loop (one system
+        call and one wake-up of the front end for a burst of answers)."""
+        if self.closed:
+            return
+        if not self._out:
+            self.loop.call_soon(self._flush)  # type: ignore[union-attr]
+        self._out.append(message)
+
+    def _flush(self) -> None:
+        out, self._out = self._out, []
+        if self.closed or not out:
+            return
+        try:
+            self.channel.send_many(out)
+        except EOFError:
+            self.lost()
+
+    def lost(self) -> None:
+        """The front end is gone: what it had in flight here is cancelled, as a client that went away."""
+        if self.closed:
+            return
+        self.close()
+        for future in list(self.requests.values()):
+            future.cancel()
+        self.requests.clear()
+        for future in self._uses.values():
+            if not future.done():
+                future.set_result([])  # a front end that is gone holds nothing
+        self._uses.clear()
+        self._on_lost(self)
+
+    def close(self) -> None:
+        self.closed = True
+        if self.loop is not None:
+            try:
+                self.loop.remove_reader(self.channel.sock.fileno())
+                self.loop.remove_writer(self.channel.sock.fileno())
+            except (ValueError, OSError):
+                pass
+        self.channel.close()
+
+    # --- what comes from the front end --------------------------------------------------------------------------
+
+    def _on_readable(self) -> None:
+        try:
+            messages = self.channel.receive()
+        except EOFError:
+            self.lost()
+            return
+        for message in messages:
+            kind = message[0]
+            if kind == _INFER:
+                self._infer(message)
+            elif kind == _CANCEL:
+                future = self.requests.pop(message[1], None)
+                if future is not None:
+                    future.cancel()
+            elif kind == _STREAM:
+                self._track(message[1], asyncio.ensure_future(self._stream(message[1], self._decode(message))))
+            elif kind == _CALL:
+                self._call(*message[1:])
+            elif kind == _STATS:
+                self._add_stats(message)
+            elif kind == _USED:
+                future = self._uses.pop(message[1], None)
+                if future is not None and not future.done():
+                    future.set_result(message[2])
+            elif kind == _READY:
+                self.ready.set()
+                if self.on_ready is not None:
+                    self.on_ready()
+
+    def _add_stats(self, message: tuple) -> None:
+        if not self.service.sagemaker:
+            return
+        _, invocations, errors_4xx, errors_5xx, ml_count, ml_sum, ol_count, ol_sum = message
+        stats = self.service.sagemaker_stats()
+        stats.invocations += invocations
+        stats.errors_4xx += errors_4xx
+        stats.errors_5xx += errors_5xx
+        stats.model_latency.count += ml_count
+        stats.model_latency.sum_us += ml_sum
+        stats.overhead_latency.count += ol_count
+        stats.overhead_latency.sum_us += ol_sum
+
+    def _decode(self, message: tuple) -> InferRequest:
+        (_, _, name, version, request_id, inputs, requested, parameters, correlation_id, flags, priority,
+         timeout_us, raw_input) = message
+        unpack = self.channel.unpack
+        request = InferRequest(name, version, request_id, dict(unpack(False, *t) for t in inputs), requested,
+                               parameters)
+        request.correlation_id = correlation_id
+        request.flags = flags
+        request.priority = priority
+        request.timeout_us = timeout_us
+        request.raw_input = raw_input
+        return request
+
+    def _track(self, id_: int, future: asyncio.Future) -> None:
+        self.requests[id_] = future
+        future.add_done_callback(lambda f: self.requests.pop(id_, None) if self.requests.get(id_) is f else None)
+
+    def _infer(self, message: tuple) -> None:
+        id_ = message[1]
+        request = self._decode(message)
+        try:
+            future = self.service.infer(request)
+        except InferError as exc:
+            self._result(id_, InferResponse(request.model_name, request.model_version, request.id, error=exc))
+            return
+        self.requests[id_] = future
+        future.add_done_callback(lambda f: self._answer(id_, f))
+
+    def _answer(self, id_: int, future: asyncio.Future) -> None:
+        if future.cancelled():
+            return  # the front end cancelled it: it expects no answer
+        self.requests.pop(id_, None)
+        self._result(id_, future.result())
+
+    def _result(self, id_: int, response: InferResponse) -> None:
+        error = response.error
+        pack = self.channel.pack
+        self.send((_RESULT, id_, response.model_name, response.model_version, response.id,
+                   [pack(name, array) for name, array in response.outputs.items()], response.parameters,
+                   None if error is None else (type(error).__name__, error.code.name, error.message),
+                   response.final))
+
+    async def _stream(self, id_: int, request: InferRequest) -> None:
+        try:
+            async for response in self.service.stream(request):
+                self._result(id_, response)
+                if response.final:
+                    return
+        except InferError as exc:
+            response = InferResponse(request.model_name, request.model_version, request.id, error=exc)
+            response.final = wire.REFUSED  # type: ignore[assignment]
+            self._result(id_, response)
+
+    # --- calls --------------------------------------------------------------------------------------------------
+
+    def _call(self, id_: int, method: str, args: tuple) -> None:
+        if method not in wire.CALLS:
+            self.send((_REPLY, id_, False, ("InferError", "INTERNAL", f"no such call: {method}")))
+            return
+        try:
+            if method == "load_model" and args[3] is not None:
+                args = (*args[:3], CodeConsent(*args[3]))
+            if method in ("shm_register", "shm_status", "shm_cuda_status", "shm_cuda_register"):
+                self.send((_REPLY, id_, True, getattr(self.service.shared_memory, method[4:])(*args)))
+                return
+            if method in ("shm_unregister", "shm_unregister_all"):
+                task = asyncio.ensure_future(self._unregister(list(args) if args else None))
+                task.add_done_callback(lambda t: self._called(id_, method, t))
+                return
+            value = getattr(self.service, method)
+            if callable(value):
+                value = value(*args)
+            if inspect.isawaitable(value):
+                task = asyncio.ensure_future(value)
+                self._track(-id_, task)  # negative: calls and requests number apart
+                task.add_done_callback(lambda t: self._called(id_, method, t))
+                return
+        except Exception as exc:
+            self.send((_REPLY, id_, False, error_value(exc)))
+            return
+        if method == "update_log_settings":
+            for link in self._peers():
+                link.send((wire.LOGS, args[0]))  # each front end logs as the host does
+        self.send((_REPLY, id_, True, plain(method, value)))
+
+    def uses(self, names: list[str] | None) -> "asyncio.Future[list[str]]":
+        """Ask the front end which of ``names`` (None: all) a request there holds."""
+        assert self.loop is not None
+        future: asyncio.Future[list[str]] = self.loop.create_future()
+        if self.closed:
+            future.set_result([])
+            return future
+        self._next_use += 1
+        self._uses[self._next_use] = future
+        self.send((wire.USES, self._next_use, names))
+        return future
+
+    async def _unregister(self, names: list[str] | None) -> None:
+        """Unregister as one registry would, a region held by a request in any front end refused in Triton's
+        words; every front end closes its copies before the client is answered."""
+        busy: set[str] = set()
+        for held in await asyncio.gather(*(link.uses(names) for link in self._peers())):
+            busy.update(held)
+        registry = self.service.shared_memory
+        if names is not None:
+            (name,) = names
+            if name in busy:
+                raise internal(f"Cannot unregister shared memory region '{name}', it is currently in use.")
+            registry.unregister(name)
+            self._on_unregister([name])
+            return
+        dropped, failed = [], []
+        for name in sorted(registry.regions):
+            if name in busy:
+                failed.append(name)
+            else:
+                registry.unregister(name)
+                dropped.append(name)
+        self._on_unregister(dropped)
+        if failed:
+            raise internal("Failed to unregister the following system shared memory regions: "
+                           + "".join(f"{name} ," for name in failed))
+
+    def _called(self, id_: int, method: str, task: asyncio.Future) -> None:
+        if task.cancelled():
+            return
+        if method in wire.CHANGES:
+            self._on_change()  # before the answer: a client told "loaded" finds it loaded through any front end
+        exc = task.exception()
+        self.send((_REPLY, id_, exc is None, plain(method, task.result()) if exc is None else error_value(exc)))
+
+
+def plain(method: str, value: Any) -> Any:
+    """A call's result as marshal carries it."""
+    if method == "model":
+        return tuple(value)[:-1]  # the view without the host's own handle
+    if method == "model_config_message":
+        return value.SerializeToString()
+    if method == "sagemaker_models_root":
+        return str(value)
+    return value

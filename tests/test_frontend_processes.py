@@ -1,0 +1,230 @@
+"""``naiad serve --frontend-processes 2``: a model host and two front-end processes on the same ports, driven by real
+clients. Which front end a connection landed on is read from the operating system (psutil), so each test can
+check that what one front end did is seen through the other."""
+
+from __future__ import annotations
+
+import http.client
+import json
+import os
+import signal
+import threading
+import time
+
+import numpy as np
+import psutil
+import pytest
+import tritonclient.grpc as grpcclient
+import tritonclient.http as httpclient
+import tritonclient.utils.shared_memory as shm
+
+from tests.server import EXAMPLES, RunningServer
+
+ADD_SUB = "/v2/models/add_sub/infer"
+
+
+def _frontends(server: RunningServer) -> list[psutil.Process]:
+    return [p for p in psutil.Process(server.proc.pid).children() if "naiad.processes" in p.cmdline()]
+
+
+def _owner(server: RunningServer, client_port: int) -> int:
+    """The pid of the front end that accepted the connection from ``client_port``."""
+    for _ in range(50):
+        for child in _frontends(server):
+            for c in child.net_connections(kind="tcp"):
+                if c.raddr and c.raddr.port == client_port:
+                    return child.pid
+        time.sleep(0.02)
+    raise AssertionError(f"no front end holds the connection from port {client_port}")
+
+
+def _connection_on_each(server: RunningServer) -> dict[int, http.client.HTTPConnection]:
+    """One open HTTP connection per front end (connections land where the kernel hashes them)."""
+    by_pid: dict[int, http.client.HTTPConnection] = {}
+    for _ in range(64):
+        conn = http.client.HTTPConnection("127.0.0.1", server.http_port, timeout=10)
+        conn.connect()
+        pid = _owner(server, conn.sock.getsockname()[1])
+        if pid in by_pid:
+            conn.close()
+        else:
+            by_pid[pid] = conn
+        if len(by_pid) == 2:
+            return by_pid
+    raise AssertionError("64 connections all landed on one front end")
+
+
+def _request(conn: http.client.HTTPConnection, method: str, path: str, body: object = None) -> tuple[int, dict]:
+    conn.request(method, path, None if body is None else json.dumps(body))
+    response = conn.getresponse()
+    data = response.read()
+    return response.status, (json.loads(data) if data else {})
+
+
+def _add_sub(a: list[float], b: list[float]) -> dict:
+    return {"inputs": [{"name": "INPUT0", "shape": [4], "datatype": "FP32", "data": a},
+                       {"name": "INPUT1", "shape": [4], "datatype": "FP32", "data": b}]}
+
+
+@pytest.fixture(scope="module")
+def server():
+    s = RunningServer([EXAMPLES], "--frontend-processes", "2")
+    yield s
+    s.stop()
+
+
+def test_two_frontends_serve_http_and_grpc(server: RunningServer) -> None:
+    assert len(_frontends(server)) == 2
+    a = np.arange(4, dtype=np.float32)
+    for module, url in ((httpclient, server.url), (grpcclient, server.grpc_url)):
+        clients = [module.InferenceServerClient(url) for _ in range(8)]
+        for client in clients:
+            inputs = [module.InferInput("INPUT0", [4], "FP32"), module.InferInput("INPUT1", [4], "FP32")]
+            inputs[0].set_data_from_numpy(a)
+            inputs[1].set_data_from_numpy(np.ones(4, np.float32))
+            result = client.infer("add_sub", inputs)
+            assert result.as_numpy("OUTPUT0").tolist() == (a + 1).tolist()
+            assert result.as_numpy("OUTPUT1").tolist() == (a - 1).tolist()
+            assert client.is_server_ready() and client.is_model_ready("add_sub")
+    # Each front end served HTTP: the same request answered the same way through either.
+    for conn in _connection_on_each(server).values():
+        status, body = _request(conn, "POST", ADD_SUB, _add_sub([1, 2, 3, 4], [1, 1, 1, 1]))
+        assert status == 200, body
+        assert body["outputs"][0]["data"] == [2, 3, 4, 5]
+        status, body = _request(conn, "GET", "/v2/models/add_sub")
+        assert status == 200 and body["inputs"][0]["name"] == "INPUT0"
+        conn.close()
+
+
+def test_statistics_are_the_same_totals_through_either(server: RunningServer) -> None:
+    conns = list(_connection_on_each(server).values())
+    before = [_request(c, "GET", "/v2/models/add_sub/stats")[1]["model_stats"][0]["inference_stats"]["success"]
+              for c in conns]
+    assert before[0] == before[1]
+    for n, conn in zip((3, 5), conns):
+        for _ in range(n):
+            assert _request(conn, "POST", ADD_SUB, _add_sub([1, 2, 3, 4], [0, 0, 0, 0]))[0] == 200
+    for conn in conns:
+        stats = _request(conn, "GET", "/v2/models/add_sub/stats")[1]["model_stats"][0]["inference_stats"]
+        assert stats["success"]["count"] == before[0]["count"] + 8
+        conn.close()
+
+
+def test_shared_memory_region_registered_through_one_used_through_the_other(server: RunningServer) -> None:
+    first, second = _connection_on_each(server).values()
+    key = f"/naiad-test-procs-{os.getpid()}"
+    handle = shm.create_shared_memory_region("procs_in", key, 32)
+    try:
+        shm.set_shared_memory_region(handle, [np.array([1, 2, 3, 4], np.float32), np.array([4, 3, 2, 1], np.float32)])
+        status, body = _request(first, "POST", "/v2/systemsharedmemory/region/procs_in/register",
+                                {"key": key, "offset": 0, "byte_size": 32})
+        assert status == 200, body
+        status, body = _request(second, "GET", "/v2/systemsharedmemory/region/procs_in/status")
+        assert status == 200 and body[0]["key"] == key
+        request = {"inputs": [
+            {"name": "INPUT0", "shape": [4], "datatype": "FP32",
+             "parameters": {"shared_memory_region": "procs_in", "shared_memory_offset": 0, "shared_memory_byte_size": 16}},
+            {"name": "INPUT1", "shape": [4], "datatype": "FP32",
+             "parameters": {"shared_memory_region": "procs_in", "shared_memory_offset": 16, "shared_memory_byte_size": 16}}]}
+        status, body = _request(second, "POST", ADD_SUB, request)
+        assert status == 200, body
+        assert body["outputs"][0]["data"] == [5, 5, 5, 5]
+        # Unregistered through the second, it is gone for the first as well.
+        assert _request(second, "POST", "/v2/systemsharedmemory/region/procs_in/unregister")[0] == 200
+        status, body = _request(first, "POST", ADD_SUB, request)
+        assert status == 404 and "Unable to find shared memory region: 'procs_in'" in body["error"], body
+    finally:
+        shm.destroy_shared_memory_region(handle)
+        first.close()
+        second.close()
+
+
+def test_model_control_through_one_seen_from_the_other() -> None:
+    s = RunningServer([EXAMPLES], "--frontend-processes", "2", "--model-control-mode", "explicit",
+                      "--load-model", "add_sub", wait_ready=False)
+    try:
+        s._wait(True)
+        first, second = _connection_on_each(s).values()
+        assert _request(second, "GET", "/v2/models/add_sub/ready")[0] == 200
+        assert _request(second, "POST", ADD_SUB, _add_sub([1, 1, 1, 1], [1, 1, 1, 1]))[0] == 200
+        assert _request(first, "POST", "/v2/repository/models/add_sub/unload")[0] == 200
+        assert _request(second, "GET", "/v2/models/add_sub/ready")[0] == 400
+        status, body = _request(second, "POST", ADD_SUB, _add_sub([1, 1, 1, 1], [1, 1, 1, 1]))
+        assert status != 200, body
+        index = _request(second, "POST", "/v2/repository/index")[1]
+        assert next(r for r in index if r["name"] == "add_sub")["state"] in ("UNLOADING", "UNAVAILABLE")
+        assert _request(second, "POST", "/v2/repository/models/add_sub/load")[0] == 200
+        assert _request(first, "GET", "/v2/models/add_sub/ready")[0] == 200
+        status, body = _request(first, "POST", ADD_SUB, _add_sub([1, 1, 1, 1], [1, 1, 1, 1]))
+        assert status == 200 and body["outputs"][0]["data"] == [2, 2, 2, 2]
+    finally:
+        s.stop()
+
+
+def test_a_frontend_killed_under_load_is_restarted_and_the_server_keeps_serving() -> None:
+    s = RunningServer([EXAMPLES], "--frontend-processes", "2")
+    try:
+        stop = threading.Event()
+        counts = {"ok": 0, "failed": 0}
+
+        def load() -> None:
+            while not stop.is_set():
+                try:
+                    conn = http.client.HTTPConnection("127.0.0.1", s.http_port, timeout=5)
+                    for _ in range(5):
+                        ok = _request(conn, "POST", ADD_SUB, _add_sub([1, 2, 3, 4], [1, 1, 1, 1]))[0] == 200
+                        counts["ok" if ok else "failed"] += 1
+                    conn.close()
+                except (OSError, http.client.HTTPException):
+                    counts["failed"] += 1  # a connection the killed front end held
+
+        threads = [threading.Thread(target=load) for _ in range(4)]
+        for t in threads:
+            t.start()
+        time.sleep(0.5)
+        victim, survivor = _frontends(s)
+        os.kill(victim.pid, signal.SIGKILL)
+        time.sleep(0.3)
+        served = counts["ok"]
+        time.sleep(0.5)
+        assert counts["ok"] > served  # the other front end went on serving meanwhile
+        deadline = time.monotonic() + 20
+        while time.monotonic() < deadline:
+            pids = {p.pid for p in _frontends(s)}
+            if len(pids) == 2 and victim.pid not in pids:
+                break
+            time.sleep(0.1)
+        else:
+            raise AssertionError(f"the killed front end was not started again: {pids}")
+        assert survivor.pid in pids
+        stop.set()
+        for t in threads:
+            t.join()
+        assert s.proc.poll() is None
+        # Both, the new one too, serve every connection.
+        for conn in _connection_on_each(s).values():
+            assert _request(conn, "POST", ADD_SUB, _add_sub([1, 2, 3, 4], [1, 1, 1, 1]))[0] == 200
+            conn.close()
+        assert counts["failed"] <= 4 * 5, counts  # only what the killed one held
+        assert "front-end process" in s.log() and "starting it again" in s.log()
+    finally:
+        s.stop()
+
+
+def test_sigterm_drains_every_process_and_a_dead_host_takes_the_frontends_with_it() -> None:
+    s = RunningServer([EXAMPLES], "--frontend-processes", "2")
+    children = _frontends(s)
+    s.proc.send_signal(signal.SIGTERM)
+    assert s.proc.wait(30) == 0
+    gone, alive = psutil.wait_procs(children, timeout=10)
+    assert not alive
+    s.stop()
+
+    s = RunningServer([EXAMPLES], "--frontend-processes", "2")
+    children = _frontends(s)
+    os.kill(s.proc.pid, signal.SIGKILL)
+    gone, alive = psutil.wait_procs(children, timeout=10)
+    assert not alive  # (their exit codes are the host's to read, and it is gone)
+    s.proc.wait(10)
+    assert s.log().count("the model host") == 1, s.log()
+    s.stop()
