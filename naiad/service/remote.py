@@ -29,7 +29,9 @@ from naiad.core.request import InferRequest, InferResponse
 from naiad.core.settings import LogSettings
 from naiad.core.shared_memory import SharedMemoryRegistry
 from naiad.repository.consent import CodeConsent
-from naiad.repository.residency import ArchiveError, ResidencyStats, Timing, UrlRefused
+from naiad.core.cache_stats import Timing
+from naiad.sagemaker.contract import ArchiveError, UrlRefused
+from naiad.sagemaker.counters import EndpointStats
 from naiad.service import wire
 from naiad.service.face import Service
 
@@ -119,7 +121,7 @@ class _Timing(Timing):
         self.changed()
 
 
-class ForwardedStats(ResidencyStats):
+class ForwardedStats(EndpointStats):
     """The SageMaker front end's counters in this process; each change is sent to the host's at the end of the
     loop's turn (before the client can ask /metrics), and these start again from zero."""
 
@@ -494,7 +496,7 @@ class RemoteService(Service):
     async def sagemaker_ensure(self, target: str) -> None:
         await self._call_async("sagemaker_ensure", target)
 
-    def sagemaker_stats(self) -> ResidencyStats:
+    def sagemaker_stats(self) -> EndpointStats:
         return self.stats
 
     def sagemaker_models_root(self) -> Path:
