@@ -26,6 +26,18 @@ class RunningServer:
     def __init__(self, repositories: list[Path], *extra: str, env: dict[str, str] | None = None,
                  wait_ready: bool = True, wait_port: bool = False, preexec_fn: Callable[[], None] | None = None
                  ) -> None:
+        for attempt in range(3):
+            try:
+                self._start(repositories, extra, env, wait_ready, wait_port, preexec_fn)
+                return
+            except RuntimeError as exc:
+                # A free port another process took between free_port() and the server's bind (ports come from
+                # the ephemeral range clients use too): pick new ones. A test's own busy port fails at once.
+                if attempt == 2 or "already in use" not in str(exc) or any("-port" in arg for arg in extra):
+                    raise
+
+    def _start(self, repositories: list[Path], extra: tuple[str, ...], env: dict[str, str] | None, wait_ready: bool,
+               wait_port: bool, preexec_fn: Callable[[], None] | None) -> None:
         self.http_port = free_port()
         self.grpc_port = free_port()
         self.metrics_port = free_port()
