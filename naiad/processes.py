@@ -204,7 +204,7 @@ class Frontend(Server):
         logs = self.logs
         self.remote.log_settings.configure(logs["log_info"], logs["log_warning"], logs["log_error"],
                                            logs["log_verbose_level"], logs["log_format"], logs["log_file"])
-        self.remote._send((wire.READY,))
+        self.remote.send((wire.READY,))
 
     async def stop(self, drain: bool = True) -> None:
         if drain:

@@ -11,12 +11,11 @@ import logging
 import socket
 from typing import Any, Callable
 
-from naiad.backends.python.shm import Arena
-from naiad.backends.python.transport import Channel
 from naiad.core.errors import InferError, internal
 from naiad.core.request import InferRequest, InferResponse
 from naiad.repository.consent import CodeConsent
 from naiad.service import wire
+from naiad.service.endpoint import ChannelEnd
 from naiad.service.face import Service
 
 log = logging.getLogger("naiad")
@@ -33,56 +32,26 @@ def error_value(exc: BaseException) -> tuple[str, str, str]:
     return type(exc).__name__, exc.code.name, exc.message
 
 
-class Link:
+class Link(ChannelEnd):
     """One front-end process, as the host sees it: its channel and the requests it has in flight here."""
 
     def __init__(self, service: Service, sock: socket.socket, on_lost: Callable[[Link], None],
                  on_change: Callable[[], None], on_unregister: Callable[[list[str] | None], None],
                  peers: Callable[[], list[Link]]) -> None:
         self.service = service
-        self.channel = Channel(sock, Arena(), self._blocked)
+        self._open(sock)
         self._on_lost = on_lost
         self._on_change = on_change
         self._on_unregister = on_unregister
         self._peers = peers
         self._uses: dict[int, asyncio.Future] = {}  # USES asked of this front end, by number
         self._next_use = 0
-        self.loop: asyncio.AbstractEventLoop | None = None
         self.ready = asyncio.Event()
         self.on_ready: Callable[[], None] | None = None
         self.requests: dict[int, asyncio.Future] = {}  # unary futures and stream / call tasks, by the front end's id
-        self.closed = False
-        self._out: list[tuple] = []
 
-    def attach(self, loop: asyncio.AbstractEventLoop) -> None:
-        self.loop = loop
-        loop.add_reader(self.channel.sock.fileno(), self._on_readable)
-
-    def _blocked(self) -> None:
-        if self.loop is not None:
-            self.loop.add_writer(self.channel.sock.fileno(), self._on_writable)
-
-    def _on_writable(self) -> None:
-        if self.channel.flush() and self.loop is not None:
-            self.loop.remove_writer(self.channel.sock.fileno())
-
-    def send(self, message: tuple) -> None:
-        """Queue ``message``; what is queued goes in one datagram at the end of this turn of the loop (one system
-        call and one wake-up of the front end for a burst of answers)."""
-        if self.closed:
-            return
-        if not self._out:
-            self.loop.call_soon(self._flush)  # type: ignore[union-attr]
-        self._out.append(message)
-
-    def _flush(self) -> None:
-        out, self._out = self._out, []
-        if self.closed or not out:
-            return
-        try:
-            self.channel.send_many(out)
-        except EOFError:
-            self.lost()
+    def _channel_lost(self) -> None:
+        self.lost()
 
     def lost(self) -> None:
         """The front end is gone: what it had in flight here is cancelled, as a client that went away."""

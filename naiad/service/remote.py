@@ -20,8 +20,6 @@ from collections import deque
 from pathlib import Path
 from typing import Any, AsyncIterator, Callable
 
-from naiad.backends.python.shm import Arena
-from naiad.backends.python.transport import Channel
 from naiad.config import ModelConfig
 from naiad.core.errors import Code, InferError, internal, unavailable
 from naiad.core.model_view import ModelView
@@ -33,6 +31,7 @@ from naiad.core.cache_stats import Timing
 from naiad.sagemaker.contract import ArchiveError, UrlRefused
 from naiad.sagemaker.counters import EndpointStats
 from naiad.service import wire
+from naiad.service.endpoint import ChannelEnd
 from naiad.service.face import Service
 
 log = logging.getLogger("naiad")
@@ -147,11 +146,10 @@ class ForwardedStats(EndpointStats):
         return message
 
 
-class RemoteService(Service):
+class RemoteService(ChannelEnd, Service):
     def __init__(self, sock: socket.socket, on_lost: Callable[[], None]) -> None:  # noqa: no super().__init__
-        self.channel = Channel(sock, Arena(), self._blocked)
+        self._open(sock)
         self._on_lost = on_lost
-        self.loop: asyncio.AbstractEventLoop | None = None
         self._next_id = 0
         self._unary: dict[int, asyncio.Future] = {}
         self._queues: dict[int, asyncio.Queue] = {}
@@ -159,7 +157,6 @@ class RemoteService(Service):
         self._waiting: deque[tuple[int, tuple]] = deque()  # over MAX_IN_FLIGHT, in order
         self._unsent: set[int] = set()  # their ids, until sent (or withdrawn: the client went away)
         self._active = 0
-        self._out: list[tuple] = []
         self._views: dict[tuple[str, str], ModelView] = {}
         self._idle: asyncio.Event | None = None
         self.accepting = True  # this front end's own: False once it drains
@@ -170,34 +167,7 @@ class RemoteService(Service):
         self.stats = ForwardedStats(self._stats_changed)  # SageMaker's invocation counters, summed by the host
         self._stats_due = False
 
-    def attach(self, loop: asyncio.AbstractEventLoop) -> None:
-        self.loop = loop
-        loop.add_reader(self.channel.sock.fileno(), self._on_readable)
-
-    def _blocked(self) -> None:
-        if self.loop is not None:
-            self.loop.add_writer(self.channel.sock.fileno(), self._on_writable)
-
-    def _on_writable(self) -> None:
-        if self.channel.flush() and self.loop is not None:
-            self.loop.remove_writer(self.channel.sock.fileno())
-
-    def _send(self, message: tuple) -> None:
-        """Queue ``message``: what is queued goes in one datagram at the end of this turn of the loop."""
-        if not self._out:
-            self.loop.call_soon(self._flush)  # type: ignore[union-attr]
-        self._out.append(message)
-
-    def _flush(self) -> None:
-        out, self._out = self._out, []
-        if not out:
-            return
-        try:
-            self.channel.send_many(out)
-        except EOFError:
-            self._lost()
-
-    def _lost(self) -> None:
+    def _channel_lost(self) -> None:
         if self.loop is not None:
             try:
                 self.loop.remove_reader(self.channel.sock.fileno())
@@ -212,7 +182,7 @@ class RemoteService(Service):
 
     def _send_stats(self) -> None:
         self._stats_due = False
-        self._send(self.stats.take())
+        self.send(self.stats.take())
 
     def _id(self) -> int:
         self._next_id += 1
@@ -224,7 +194,7 @@ class RemoteService(Service):
         try:
             messages = self.channel.receive()
         except EOFError:
-            self._lost()
+            self._channel_lost()
             return
         for message in messages:
             kind = message[0]
@@ -246,7 +216,7 @@ class RemoteService(Service):
             elif kind == _LOGS:
                 self.log_settings.update(**message[1])
             elif kind == _USES:
-                self._send((wire.USED, message[1], self.shared_memory.in_use(message[2])))
+                self.send((wire.USED, message[1], self.shared_memory.in_use(message[2])))
 
     def _result(self, message: tuple) -> None:
         _, id_, name, version, response_id, outputs, parameters, error, final = message
@@ -272,7 +242,7 @@ class RemoteService(Service):
             if id_ in self._unsent:
                 self._unsent.discard(id_)
                 self._active += 1
-                self._send(message)
+                self.send(message)
         if self._idle is not None and not self.in_flight:
             self._idle.set()
 
@@ -295,7 +265,7 @@ class RemoteService(Service):
     def _forward(self, id_: int, message: tuple) -> None:
         if self._active < MAX_IN_FLIGHT:
             self._active += 1
-            self._send(message)
+            self.send(message)
         else:
             self._unsent.add(id_)
             self._waiting.append((id_, message))
@@ -321,7 +291,7 @@ class RemoteService(Service):
         if self._unary.pop(id_, None) is not None:
             sent = not self._withdraw(id_)
             if sent:
-                self._send((wire.CANCEL, id_))
+                self.send((wire.CANCEL, id_))
             self._done(sent)
 
     async def stream(self, request: InferRequest, view: ModelView | None = None) -> AsyncIterator[InferResponse]:
@@ -346,7 +316,7 @@ class RemoteService(Service):
             del self._queues[id_]
             sent = not self._withdraw(id_)
             if sent and not ended:  # the client went away before the last response
-                self._send((wire.CANCEL, id_))
+                self.send((wire.CANCEL, id_))
             self._done(sent)
 
     @property
@@ -355,17 +325,6 @@ class RemoteService(Service):
 
     def cut(self, message: str) -> int:
         return 0  # the host answers what is left in flight; its answers still come through here
-
-    async def drain(self, timeout: float) -> bool:
-        self.accepting = False
-        if self.in_flight == 0:
-            return True
-        self._idle = asyncio.Event()
-        try:
-            await asyncio.wait_for(self._idle.wait(), timeout)
-            return True
-        except asyncio.TimeoutError:
-            return False
 
     # --- calls --------------------------------------------------------------------------------------------------
 
@@ -399,7 +358,7 @@ class RemoteService(Service):
         id_ = self._id()
         future = self.loop.create_future()
         self._calls[id_] = future
-        self._send((wire.CALL, id_, method, args))
+        self.send((wire.CALL, id_, method, args))
         try:
             ok, value = await future
         finally:
