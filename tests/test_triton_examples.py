@@ -13,42 +13,13 @@ import tritonclient.http as httpclient
 from tritonclient.utils import InferenceServerException
 
 from tests import onnx_graphs as g
-from tests.models import write_model
 from tests.server import RunningServer
-
-SIMPLE = """
-    name: "{name}"
-    platform: "onnxruntime_onnx"
-    max_batch_size: 8
-    input [{{ name: "INPUT0", data_type: {t}, dims: [ 16 ] }}, {{ name: "INPUT1", data_type: {t}, dims: [ 16 ] }}]
-    output [{{ name: "OUTPUT0", data_type: {t}, dims: [ 16 ] }}, {{ name: "OUTPUT1", data_type: {t}, dims: [ 16 ] }}]
-"""
-
-IDENTITY_CONFIG = """
-    name: "simple_identity"
-    backend: "python"
-    max_batch_size: 8
-    input [{ name: "INPUT0", data_type: TYPE_STRING, dims: [ -1 ] }]
-    output [{ name: "OUTPUT0", data_type: TYPE_STRING, dims: [ -1 ] }]
-"""
-
-IDENTITY_PY = """
-    import triton_python_backend_utils as pb_utils
-
-    class TritonPythonModel:
-        def execute(self, requests):
-            return [pb_utils.InferenceResponse([pb_utils.Tensor("OUTPUT0", r.inputs()[0].as_numpy())])
-                    for r in requests]
-"""
-
+from tests.triton_examples import write_simple
 
 @pytest.fixture(scope="module")
 def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RunningServer]:
     repo = tmp_path_factory.mktemp("examples")
-    g.write(repo, "simple", g.add_sub("TYPE_INT32", [16]), SIMPLE.format(name="simple", t="TYPE_INT32"))
-    g.write(repo, "simple_int8", g.add_sub("TYPE_INT8", [16]), SIMPLE.format(name="simple_int8", t="TYPE_INT8"))
-    g.write(repo, "simple_string", g.string_add_sub([16]), SIMPLE.format(name="simple_string", t="TYPE_STRING"))
-    write_model(repo, "simple_identity", IDENTITY_CONFIG, IDENTITY_PY)
+    write_simple(repo)
     running = RunningServer([repo])
     yield running
     running.stop()
@@ -194,8 +165,7 @@ def test_model_control_as_the_examples_drive_it(tmp_path_factory: pytest.TempPat
     import tritonclient.grpc as grpcclient
 
     repo = tmp_path_factory.mktemp("control")
-    g.write(repo, "simple", g.add_sub("TYPE_INT32", [16]), SIMPLE.format(name="simple", t="TYPE_INT32"))
-    g.write(repo, "simple_int8", g.add_sub("TYPE_INT8", [16]), SIMPLE.format(name="simple_int8", t="TYPE_INT8"))
+    write_simple(repo, ("simple", "simple_int8"))
     # The gRPC example uploads a file: naiad needs the operator's consent for that (Triton takes it from anyone).
     server = RunningServer([repo], "--model-control-mode=explicit", "--allow-model-code-upload")
     try:

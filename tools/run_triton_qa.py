@@ -62,28 +62,6 @@ BACKEND_PYTHON_SUBTESTS = ("ensemble", "bls", "decoupled", "response_sender", "i
                            "async_execute", "lifecycle", "argument_validation", "logging", "custom_metrics",
                            "model_control", "request_rescheduling")
 
-SIMPLE_CONFIG = """
-    name: "{name}"
-    platform: "onnxruntime_onnx"
-    max_batch_size: 8
-    input [{{ name: "INPUT0", data_type: {t}, dims: [ 16 ] }}, {{ name: "INPUT1", data_type: {t}, dims: [ 16 ] }}]
-    output [{{ name: "OUTPUT0", data_type: {t}, dims: [ 16 ] }}, {{ name: "OUTPUT1", data_type: {t}, dims: [ 16 ] }}]
-"""
-IDENTITY_CONFIG = """
-    name: "simple_identity"
-    backend: "python"
-    max_batch_size: 8
-    input [{ name: "INPUT0", data_type: TYPE_STRING, dims: [ -1 ] }]
-    output [{ name: "OUTPUT0", data_type: TYPE_STRING, dims: [ -1 ] }]
-"""
-IDENTITY_MODEL = """
-    import triton_python_backend_utils as pb_utils
-
-    class TritonPythonModel:
-        def execute(self, requests):
-            return [pb_utils.InferenceResponse([pb_utils.Tensor("OUTPUT0", r.inputs()[0].as_numpy())])
-                    for r in requests]
-"""
 SEQUENCE_CONFIG = """
     name: "simple_sequence"
     backend: "python"
@@ -146,19 +124,11 @@ CLASSIFIER_CONFIG = """
 def build_example_repository(repo: Path) -> None:
     """Triton's docs/examples/model_repository as far as CPU and naiad's backends go."""
     from tests import onnx_graphs as g
+    from tests.models import write_model
+    from tests.triton_examples import write_simple
 
-    for name, t in (("simple", "TYPE_INT32"), ("simple_int8", "TYPE_INT8")):
-        g.write(repo, name, g.add_sub(t, [16]), SIMPLE_CONFIG.format(name=name, t=t))
-    g.write(repo, "simple_string", g.string_add_sub([16]), SIMPLE_CONFIG.format(name="simple_string",
-                                                                                 t="TYPE_STRING"))
-    folder = repo / "simple_identity"
-    (folder / "1").mkdir(parents=True, exist_ok=True)
-    (folder / "config.pbtxt").write_text(textwrap.dedent(IDENTITY_CONFIG))
-    (folder / "1" / "model.py").write_text(textwrap.dedent(IDENTITY_MODEL))
-    folder = repo / "simple_sequence"
-    (folder / "1").mkdir(parents=True, exist_ok=True)
-    (folder / "config.pbtxt").write_text(textwrap.dedent(SEQUENCE_CONFIG))
-    (folder / "1" / "model.py").write_text(textwrap.dedent(SEQUENCE_MODEL))
+    write_simple(repo)
+    write_model(repo, "simple_sequence", SEQUENCE_CONFIG, SEQUENCE_MODEL)
     folder = g.write(repo, "densenet_onnx", g.image_classifier(), CLASSIFIER_CONFIG)
     (folder / "labels.txt").write_text("".join(f"CLASS_{i}\n" for i in range(1000)))
     folder = g.write(repo, "inception_graphdef", _inception(g), INCEPTION_CONFIG)
