@@ -3,11 +3,10 @@
 from __future__ import annotations
 
 import argparse
-import asyncio
 import logging
 import os
 import sys
-from collections.abc import Callable, Coroutine
+from collections.abc import Coroutine
 from pathlib import Path
 from typing import Any
 
@@ -222,7 +221,7 @@ def _configure_logging(args: argparse.Namespace) -> LogSettings:
 
 
 def serve(args: argparse.Namespace) -> int:
-    from naiad.server import Server, ServerOptions
+    from naiad.server import Server, ServerOptions, run_process
 
     try:
         log_settings = _configure_logging(args)
@@ -290,30 +289,19 @@ def serve(args: argparse.Namespace) -> int:
         trace=trace,
     )
     try:
-        import uvloop
-
-        run: Callable[[Coroutine[Any, Any, None]], None] = uvloop.run
-    except ImportError:
-        run = asyncio.run
-    try:
         processes = frontend_processes(args.frontend_processes)
     except ValueError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 1
-    try:
+
+    def start() -> Coroutine[Any, Any, None]:
         if processes > 1:
             from naiad.processes import Host
 
-            server: Server = Host(options, processes)
-        else:
-            server = Server(options)
-        run(server.run())
-    except SystemExit as exc:
-        if isinstance(exc.code, str):
-            print(exc.code, file=sys.stderr)
-            return 1
-        raise
-    return 0
+            return Host(options, processes).run()
+        return Server(options).run()
+
+    return run_process(start)
 
 
 def frontend_processes(value: str) -> int:

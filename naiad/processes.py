@@ -24,10 +24,10 @@ import subprocess
 import sys
 import time
 from pathlib import Path
-from typing import Any, Callable, Coroutine
+from typing import Any
 
 import naiad
-from naiad.server import Server, ServerOptions, _dashboard_url
+from naiad.server import Server, ServerOptions, _dashboard_url, run_process
 from naiad.service import wire
 from naiad.service.hosting import Link
 from naiad.service.remote import RemoteService, lost_host
@@ -223,20 +223,7 @@ def main(argv: list[str]) -> int:
     options, logs = pickle.load(sys.stdin.buffer)
     logging.basicConfig(level=logging.WARNING, format=f"front end {index}: %(message)s")
     sock = socket.socket(fileno=fd)
-    try:
-        import uvloop
-
-        run: Callable[[Coroutine[Any, Any, None]], None] = uvloop.run
-    except ImportError:
-        run = asyncio.run
-    try:
-        run(Frontend(options, index, sock, logs).run())
-    except SystemExit as exc:
-        if isinstance(exc.code, str):
-            print(exc.code, file=sys.stderr)
-            return 1
-        raise
-    return 0
+    return run_process(lambda: Frontend(options, index, sock, logs).run())
 
 
 if __name__ == "__main__":

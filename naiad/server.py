@@ -6,7 +6,9 @@ import asyncio
 import errno
 import logging
 import signal
+import sys
 import time
+from collections.abc import Callable, Coroutine
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -343,3 +345,22 @@ def _bind_error(name: str, address: str, port: int, exc: OSError) -> str:
     if exc.errno == errno.EADDRINUSE:
         return f"error: failed to start {name} service: Unavailable - Socket '{address}:{port}' already in use"
     return f"error: failed to start {name} service: Unavailable - Socket '{address}:{port}': {exc.strerror or exc}"
+
+
+def run_process(main: Callable[[], Coroutine[Any, Any, None]]) -> int:
+    """Run the coroutine ``main`` makes on uvloop where it is installed; a ``SystemExit`` with a message (a failed
+    start, in making it or running it: Triton's one line) is printed and exits 1."""
+    try:
+        import uvloop
+
+        run: Callable[[Coroutine[Any, Any, None]], None] = uvloop.run
+    except ImportError:
+        run = asyncio.run
+    try:
+        run(main())
+    except SystemExit as exc:
+        if isinstance(exc.code, str):
+            print(exc.code, file=sys.stderr)
+            return 1
+        raise
+    return 0
