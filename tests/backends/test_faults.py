@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import threading
 import time
-from pathlib import Path
 
 import numpy as np
 import pytest
@@ -188,7 +187,7 @@ def test_a_sticky_error_restarts_the_instance_and_queued_requests_wait(server: R
            "is being restarted" in text, text
     assert "CUDA kernel errors might be asynchronously reported" in text  # the model's own words follow
     for i in range(4):
-        answer, at = results[i]
+        answer, _ = results[i]
         assert not isinstance(answer, Exception), f"a queued request failed instead of waiting: {answer}"
         (output, pid) = answer
         assert output.tolist() == [float(i)] and pid != old_pid

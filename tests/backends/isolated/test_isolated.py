@@ -28,8 +28,10 @@ _ONNX_CONFIG = """
     platform: "onnxruntime_onnx"
     max_batch_size: 8
     dynamic_batching { max_queue_delay_microseconds: 20000 }
-    input [{ name: "INPUT0", data_type: TYPE_FP32, dims: [ 4 ] }, { name: "INPUT1", data_type: TYPE_FP32, dims: [ 4 ] }]
-    output [{ name: "OUTPUT0", data_type: TYPE_FP32, dims: [ 4 ] }, { name: "OUTPUT1", data_type: TYPE_FP32, dims: [ 4 ] }]
+    input [{ name: "INPUT0", data_type: TYPE_FP32, dims: [ 4 ] },
+           { name: "INPUT1", data_type: TYPE_FP32, dims: [ 4 ] }]
+    output [{ name: "OUTPUT0", data_type: TYPE_FP32, dims: [ 4 ] },
+            { name: "OUTPUT1", data_type: TYPE_FP32, dims: [ 4 ] }]
     instance_group [{ kind: KIND_CPU, count: 1 }]
 """
 
@@ -142,7 +144,8 @@ def test_pytorch_instance_restarts_after_a_sticky_error(tmp_path: Path) -> None:
         name: "fragile"
         platform: "pytorch_libtorch"
         max_batch_size: 8
-        input [{ name: "INPUT0", data_type: TYPE_FP32, dims: [ 4 ] }, { name: "FLAG", data_type: TYPE_INT32, dims: [ 1 ] }]
+        input [{ name: "INPUT0", data_type: TYPE_FP32, dims: [ 4 ] },
+               { name: "FLAG", data_type: TYPE_INT32, dims: [ 1 ] }]
         output [{ name: "OUTPUT__0", data_type: TYPE_FP32, dims: [ 4 ] }]
         instance_group [{ kind: KIND_CPU, count: 1 }]
     """)
