@@ -48,6 +48,22 @@ class Casts(torch.nn.Module):
         return ~b, u8 + 1, i8 + 1, i16 + 1, i32 + 1, i64 + 1, f16 * 2, f32 * 2, f64 * 2
 
 
+class Fragile(torch.nn.Module):
+    """``INPUT0 * 2``, until a request sets FLAG: from then on every call raises what torch raises after a
+    device-side assert (the state lives in the loaded module, so only a fresh process heals it)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.register_buffer("broken", torch.zeros(1, dtype=torch.bool))
+
+    def forward(self, INPUT0: torch.Tensor, FLAG: torch.Tensor) -> torch.Tensor:
+        if bool(FLAG.any()):
+            self.broken.fill_(True)
+        if bool(self.broken.any()):
+            raise RuntimeError("CUDA error: device-side assert triggered")
+        return INPUT0 * 2
+
+
 def save(module: torch.nn.Module, path: Path) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     torch.jit.save(torch.jit.script(module), str(path))

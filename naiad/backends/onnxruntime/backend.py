@@ -14,6 +14,7 @@ import numpy as np
 import onnxruntime as ort
 
 from naiad.backends.base import Backend, LoadedVersion, VersionContext
+from naiad.backends.isolated.version import IsolatedVersion, runs_apart
 from naiad.backends.onnxruntime import session as sessions
 from naiad.backends.threaded import ThreadedInstance
 from naiad.config import ModelConfig, pb
@@ -80,6 +81,8 @@ class OnnxBackend(Backend):
         return config
 
     def load(self, ctx: VersionContext) -> LoadedVersion:
+        if runs_apart(ctx):  # in a worker process of its own (a KIND_GPU instance, by default)
+            return IsolatedVersion(ctx, self.name)
         return OnnxVersion(ctx)
 
 

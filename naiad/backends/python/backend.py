@@ -159,7 +159,10 @@ class WorkerSlot(Instance):
 class WorkerVersion(LoadedVersion):
     answers_early = True  # a non-decoupled request's response may arrive through its sender before DONE (router.py)
 
-    def __init__(self, ctx: VersionContext) -> None:
+    def __init__(self, ctx: VersionContext, model_file: str | None = None,
+                 extra_args: dict[str, str] | None = None) -> None:
+        """``model_file`` and ``extra_args``: another model.py than the model's own, and what its initialize()
+        gets besides Triton's args (naiad's framework adapter, backends/isolated)."""
         options = ctx.options
         shm_default = _size_option(options, "shm-default-byte-size", DEFAULT_SIZE)
         shm_growth = _size_option(options, "shm-growth-byte-size", DEFAULT_GROWTH)
@@ -184,11 +187,12 @@ class WorkerVersion(LoadedVersion):
         environment = resolve_environment(ctx)
         self.owner = f"{ctx.name}/{ctx.version}"
         decoupled = ctx.config.model_transaction_policy.decoupled
-        model_file = str(_model_file(ctx.config, ctx.version_dir))
+        model_file = model_file or str(_model_file(ctx.config, ctx.version_dir))
         if not Path(model_file).is_file():
             raise invalid(f"unable to find '{model_file}' for model '{ctx.name}'")
         self.processes: list[WorkerProcess] = []
         for args in _instance_args(ctx):
+            args.update(extra_args or {})
             spec = WorkerSpec(ctx.name, ctx.version, args["model_instance_name"], model_file, args, decoupled,
                               [o.name for o in ctx.config.output], shm_default, shm_growth, restart_wait,
                               load_timeout=ctx.timeout)

@@ -67,6 +67,9 @@ class Kind(IntEnum):
     DROPPED = 19  # shared-memory segments the receiver may unmap
     PARKED = 20  # a message too large for a datagram, parked in shared memory
     BATCH = 21  # several messages in one datagram
+    # Worker -> server, just before the DONE of the execution that found it: the device is poisoned (see
+    # naiad/backends/faults.py); the worker exits after that DONE.
+    POISONED = 22
 
 
 _new = tuple.__new__
@@ -250,6 +253,15 @@ def call(tag: int, what: str, args: tuple) -> tuple:
     return (_CALL, tag, what, args)
 
 
+class Poisoned(NamedTuple):
+    kind: int
+    cause: str  # the sticky error, in CUDA's words
+
+
+def poisoned(cause: str) -> tuple:
+    return (_POISONED, cause)
+
+
 class Finalized(NamedTuple):
     kind: int
     error: str | None  # what finalize() raised
@@ -353,14 +365,14 @@ def batch(messages: list) -> tuple:
 
 # Each decoder's ``of``: the received tuple, its fields named (``tuple.__new__`` shares the items, no copy).
 for _decoder in (Error, Block, Tensor, Request, Response, Ready, Fail, Done, Stream, Bls, BlsCancel, Log, Metric, Call,
-                 Finalized, Execute, Cancel, BlsReply, CallReply, Finalize, Segment, Dropped, Parked, Batch):
+                 Poisoned, Finalized, Execute, Cancel, BlsReply, CallReply, Finalize, Segment, Dropped, Parked, Batch):
     _decoder.of = staticmethod(partial(_new, _decoder))  # type: ignore
 
 SCHEMAS: dict[Kind, type] = {  # each kind's fields (INIT and HELLO are JSON: see Init and Hello)
     Kind.READY: Ready, Kind.FAIL: Fail, Kind.DONE: Done, Kind.STREAM: Stream, Kind.BLS: Bls, Kind.BLS_CANCEL: BlsCancel,
     Kind.LOG: Log, Kind.METRIC: Metric, Kind.CALL: Call, Kind.FINALIZED: Finalized, Kind.EXECUTE: Execute,
     Kind.CANCEL: Cancel, Kind.BLS_REPLY: BlsReply, Kind.CALL_REPLY: CallReply, Kind.FINALIZE: Finalize,
-    Kind.SEGMENT: Segment, Kind.DROPPED: Dropped, Kind.PARKED: Parked, Kind.BATCH: Batch}
+    Kind.SEGMENT: Segment, Kind.DROPPED: Dropped, Kind.PARKED: Parked, Kind.BATCH: Batch, Kind.POISONED: Poisoned}
 
 # Plain ints for the encoders: the codecs take exact builtins only (marshal refuses an IntEnum member).
 _READY, _FAIL, _DONE, _STREAM = int(Kind.READY), int(Kind.FAIL), int(Kind.DONE), int(Kind.STREAM)
@@ -368,6 +380,7 @@ _BLS, _BLS_CANCEL, _LOG, _METRIC = int(Kind.BLS), int(Kind.BLS_CANCEL), int(Kind
 _CALL, _FINALIZED, _EXECUTE, _CANCEL = int(Kind.CALL), int(Kind.FINALIZED), int(Kind.EXECUTE), int(Kind.CANCEL)
 _BLS_REPLY, _CALL_REPLY, _FINALIZE = int(Kind.BLS_REPLY), int(Kind.CALL_REPLY), int(Kind.FINALIZE)
 _SEGMENT, _DROPPED, _PARKED, _BATCH = int(Kind.SEGMENT), int(Kind.DROPPED), int(Kind.PARKED), int(Kind.BATCH)
+_POISONED = int(Kind.POISONED)
 
 
 def reads(schema: type) -> Callable[[Callable], Callable]:

@@ -21,6 +21,7 @@ from functools import partial
 from pathlib import Path
 from typing import Any, NoReturn
 
+from naiad.backends import faults
 from naiad.backends.base import Core, Execution
 from naiad.backends.python import messages as M
 from naiad.backends.python.messages import Kind
@@ -34,6 +35,8 @@ log = logging.getLogger("naiad.python")
 
 # The folder that holds the ``naiad`` package: workers import it from there, whatever their interpreter.
 NAIAD_ROOT = str(Path(__file__).resolve().parents[3])
+# Seconds a worker that found its device poisoned has to exit by itself before it is killed.
+_EXIT_GRACE = 2.0
 
 
 @dataclass
@@ -82,9 +85,12 @@ class WorkerProcess:
         self.codec = M.MARSHAL  # what the channel speaks once the worker said hello
         self.router = Router(spec.instance_name, spec.model_name, spec.model_version, spec.decoupled, core,
                              self._died, self._submit_when_ready)
+        self.router.poisoned = self._poisoned
         self._restarted: asyncio.Future | None = None
         self._restarting = False
         self.restarts = 0
+        self.sticky_restarts = 0  # restarts after a sticky device error (faults.py), of ``restarts``
+        self._cause: str | None = None  # the sticky error of a worker that is exiting because of it
         self._finalize_sent: bool | None = None  # None: finalize not asked for yet
         self._progress = -1  # a memfd holding the tag of the last execution the worker began (see worker.py)
 
@@ -269,7 +275,7 @@ class WorkerProcess:
             return Execution([self.router.error(r, error) for r in requests], failed=True)
         if self._restarted is None or self._restarted.done():
             self._restarted = asyncio.get_running_loop().create_future()
-            if not self._restarting:
+            if not self._restarting and self._cause is None:  # (a poisoned worker is restarted once it has exited)
                 self._restart()
         wait = _wait_bound(requests, self.spec.restart_wait)
         try:
@@ -360,13 +366,20 @@ class WorkerProcess:
                 proc.kill()
                 code = proc.wait()
         how = _describe_exit(code)
-        log.error("the worker process of model instance '%s' (pid %s) %s; restarting it", self.name,
-                  proc.pid if proc else "?", how)
+        cause, self._cause = self._cause, None
+        if cause is not None:
+            self.sticky_restarts += 1
+            why = faults.notice(self.name, self.spec.model_name, cause)
+            log.error("%s in a fresh process (its worker, pid %s, %s; sticky restarts of this instance: %d)", why,
+                      proc.pid if proc else "?", how, self.sticky_restarts)
+        else:
+            why = (f"Failed to process the request(s) for model instance '{self.name}', message: Stub process "
+                   f"'{self.name}' is not healthy (its process {how}).")
+            log.error("the worker process of model instance '%s' (pid %s) %s; restarting it", self.name,
+                      proc.pid if proc else "?", how)
         # What it had begun fails (it may be what killed it); what still waited in its queue was never started,
         # and runs on the replacement, after what never left the outbox.
-        queued = router.fail_pending(f"Failed to process the request(s) for model instance '{self.name}', message: "
-                                     f"Stub process '{self.name}' is not healthy (its process {how}).",
-                                     started=self._started())
+        queued = router.fail_pending(why, started=self._started())
         self._close_progress()
         if ch is not None:
             ch.close()
@@ -375,6 +388,16 @@ class WorkerProcess:
         for pending in queued + unsent:
             if pending.done is not None:
                 self._submit_when_ready(pending.requests, pending.done)
+
+    def _poisoned(self, cause: str) -> None:
+        """The worker's device is poisoned: it answers the execution that found it, then exits, and ``_died``
+        restarts it. Until then it is not ready (the router sends it nothing more); one stuck in the driver is
+        killed."""
+        self._cause = cause
+        self.ready = False
+        proc, loop = self.proc, self.loop
+        if proc is not None and loop is not None:
+            loop.call_later(_EXIT_GRACE, _kill_if_running, proc)
 
     def _started(self) -> int | None:
         """The tag of the last execution the dead worker began (None: unknown, as if it had begun them all)."""
@@ -438,6 +461,11 @@ class WorkerProcess:
                 self._restarted.set_result(ok)
 
         asyncio.ensure_future(run(), loop=loop)
+
+
+def _kill_if_running(proc: subprocess.Popen) -> None:
+    if proc.poll() is None:
+        proc.kill()
 
 
 def _wait_bound(requests: list[InferRequest], default: float) -> float:

@@ -73,9 +73,11 @@ class Router:
         self._tag = 0
         self._outbox: list[tuple] = []  # executions waiting for the end of this turn of the loop
         self._flush_handle: asyncio.Handle | None = None
+        self.poisoned: Callable[[str], None] | None = None  # the worker's device is poisoned: the process's part
         self._routes = M.dispatch_table({
             Kind.DONE: self._executed, Kind.STREAM: self._streamed, Kind.LOG: self._log, Kind.METRIC: self._metric,
-            Kind.CALL: self._call, Kind.BLS: self._bls, Kind.BLS_CANCEL: self._bls_cancel}, self._unexpected)
+            Kind.CALL: self._call, Kind.BLS: self._bls, Kind.BLS_CANCEL: self._bls_cancel,
+            Kind.POISONED: self._poisoned}, self._unexpected)
 
     def handle(self, message: tuple) -> None:
         """Route one message from the worker (the lifecycle calls this for those that arrive while the worker
@@ -372,6 +374,13 @@ class Router:
             name, array = unpack(False, *record)
             arrays[name] = array
         return arrays
+
+    @reads(M.Poisoned)
+    def _poisoned(self, kind: int, cause: str) -> None:
+        """The worker found its device poisoned and exits after the answer behind this: nothing more goes to it."""
+        self.ready = False
+        if self.poisoned is not None:
+            self.poisoned(cause)
 
     # --- logs, metrics and calls ----------------------------------------------------------------------------------
 

@@ -68,7 +68,18 @@ def initialize(model: Any, args: dict[str, str], name: str, run: Callable[[Any],
         raise internal(describe(exc)) from None
 
 
+class ExecutionFailed(Exception):
+    """Raised from ``execute`` by naiad's own framework adapter (backends/isolated): the execution failed with
+    exactly ``error``, the framework's failure in Triton's words, not wrapped as a model.py's exception is."""
+
+    def __init__(self, error: InferError) -> None:
+        super().__init__(error.message)
+        self.error = error
+
+
 def execute_failed(instance: str, exc: BaseException) -> InferError:
+    if isinstance(exc, ExecutionFailed):
+        return exc.error
     return internal(f"Failed to process the request(s) for model '{instance}', message: {describe(exc)}")
 
 

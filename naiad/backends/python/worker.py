@@ -46,6 +46,7 @@ from collections import deque
 from pathlib import Path
 from typing import Any, Iterator
 
+from naiad.backends import faults
 from naiad.backends.python import messages as M
 from naiad.backends.python import pb_utils
 from naiad.backends.python.messages import Kind, reads
@@ -71,6 +72,10 @@ HOLD_BELOW_NS = 100_000
 
 def error_wire(error: InferError) -> tuple:
     return M.error_response(error.code.name, error.message)
+
+
+def _wire_error(error: InferError) -> tuple:
+    return M.error(error.code.name, error.message)
 
 
 class _Waiter:
@@ -125,6 +130,7 @@ class Worker:
         self._quick = True  # the last execution took less than HOLD_BELOW_NS
         self._held_since = 0  # when the oldest answer now held back was ready
         self._free_ns = 0  # when the last execution finished (a sync worker runs one at a time)
+        self._errors: list[str] = []  # the texts of the errors answered since the last execution ended
 
     # --- startup ---------------------------------------------------------------------------------------------
 
@@ -390,7 +396,7 @@ class Worker:
         to it (and to any input arrays it holds) is dropped here, before the answer leaves."""
         t2 = time.perf_counter_ns()
         result = box.pop() if box else None
-        failed = None if exc is None else M.error(Code.INTERNAL.name, execute_failed(self.name, exc).message)
+        failed = None if exc is None else _wire_error(execute_failed(self.name, exc))
         # A request answered through its sender (or to be, after execute returned None), or released to be
         # rescheduled: the per-request answers need a closer look.
         special = result is None
@@ -421,11 +427,18 @@ class Worker:
             del result
             for state in states:
                 state.response = None
+            cause = None
+            if failed is not None or self._errors:  # (a failed execution only: the device may be poisoned)
+                failed, wire, cause = self._contain(failed, wire)
             t3 = time.perf_counter_ns()
             self._quick = t3 - t1 + input_ns < HOLD_BELOW_NS
             free, self._free_ns = self._free_ns, t3
             message = _encode_done(tag, failed, wire, input_ns, t2 - t1, t3 - t2, 0 if self.is_async else free,
                                    rescheduled)
+            if cause is not None:  # the notice, then the answer, in one datagram; then a fresh process takes over
+                self.ch.hold(M.poisoned(cause))
+                self.ch.send(message)
+                self._quit()
             if self._hold and self._quick and (not self._held_since or t3 - self._held_since < HOLD_BELOW_NS):
                 self._held_since = self._held_since or t3
                 self.ch.hold(message)
@@ -434,6 +447,23 @@ class Worker:
                 self.ch.send(message)
         if not self.decoupled or all(s.closed for s in states):
             self.executions.pop(tag, None)
+
+    def _contain(self, failed: tuple | None, wire: list | None) -> tuple[tuple | None, list | None, str | None]:
+        """After a failed execution (it raised, or answered errors): is this process's device poisoned? If so, the
+        errors name the cause, and the caller ends the process once they are sent."""
+        texts, self._errors = self._errors, []
+        if failed is not None:
+            texts.append(M.Error.of(failed).message)  # type: ignore[attr-defined]
+        cause = faults.poisoned(texts)
+        if cause is None:
+            return failed, wire, None
+        note = faults.notice(self.name, self.model_name, cause)
+        if failed is not None:
+            error = M.Error.of(failed)  # type: ignore[attr-defined]
+            failed = M.error(error.code, f"{note}: {error.message}")
+        if wire is not None:
+            wire = [w if w is None or w[0] is None else M.error_response(w[0][0], f"{note}: {w[0][1]}") for w in wire]
+        return failed, wire, cause
 
     def _released(self, states: list[pb_utils._RequestState], result: Any) -> list[int] | None:
         """The indexes of the requests to run again (RESCHEDULE, with iterative scheduling only). A rescheduled
@@ -477,6 +507,7 @@ class Worker:
 
     def _response_wire(self, response: Any, requested: list[str] | None) -> tuple:
         if isinstance(response, InferError):
+            self._errors.append(response.message)
             return error_wire(response)
         pack = self.ch.pack
         try:

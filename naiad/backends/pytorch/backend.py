@@ -17,6 +17,7 @@ import numpy as np
 import torch
 
 from naiad.backends.base import Backend, LoadedVersion, VersionContext
+from naiad.backends.isolated.version import IsolatedVersion, runs_apart
 from naiad.backends.parameters import bool_param, int_param
 from naiad.backends.threaded import ThreadedInstance
 from naiad.config import ModelConfig, pb
@@ -51,6 +52,8 @@ class TorchBackend(Backend):
     name = "pytorch"
 
     def load(self, ctx: VersionContext) -> LoadedVersion:
+        if runs_apart(ctx):  # in a worker process of its own (a KIND_GPU instance, by default)
+            return IsolatedVersion(ctx, self.name)
         return TorchVersion(ctx)
 
 

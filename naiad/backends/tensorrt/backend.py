@@ -15,6 +15,7 @@ from typing import Any
 import numpy as np
 
 from naiad.backends.base import Backend, LoadedVersion, VersionContext
+from naiad.backends.isolated.version import IsolatedVersion, runs_apart
 from naiad.backends.threaded import ThreadedInstance
 from naiad.config import ModelConfig, pb
 from naiad.config.scheduling import gpu_ids
@@ -64,6 +65,8 @@ class TensorRTBackend(Backend):
         return config
 
     def load(self, ctx: VersionContext) -> LoadedVersion:
+        if runs_apart(ctx):  # in a worker process of its own (a KIND_GPU instance, by default)
+            return IsolatedVersion(ctx, self.name)
         return TensorRTVersion(ctx)
 
 

@@ -50,6 +50,7 @@ CASES = {
     Kind.DROPPED: (M.dropped, M.Dropped, ([0, 1],)),
     Kind.PARKED: (M.parked, M.Parked, (2, 128, 70000)),
     Kind.BATCH: (M.batch, M.Batch, ([M.log(0, "x"), M.bls_cancel(1)],)),
+    Kind.POISONED: (M.poisoned, M.Poisoned, ("device-side assert triggered",)),
 }
 PICKLE = M.choose_codec(M.local_versions(), M.local_versions()._replace(python=(3, 7, 0)))
 
