@@ -142,7 +142,7 @@ def save_torchscript(name: str, spec: Spec, small: bool, device: torch.device, p
     if device.type != "cpu":
         module = module.half()
     if name == "resnet50":
-        module = module.to(memory_format=torch.channels_last)
+        module = module.to(memory_format=torch.channels_last)  # type: ignore[call-overload]  # (not in the stubs)
     example = torch.from_numpy(spec.sample(2, np.random.default_rng(0))).to(device)
     with torch.no_grad():
         traced = torch.jit.trace(module, example, check_trace=False)
