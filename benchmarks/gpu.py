@@ -8,7 +8,8 @@ server survives a bad token id.
    out; the best of them is the limit a server is measured against.
 3. Serves both with the pytorch backend and with an equivalent Python-backend model.py (``gpu_python_model.py``),
    ``KIND_GPU`` (``KIND_CPU`` on ``--device cpu``), dynamic batching up to 64: ``python -m naiad serve`` in a
-   subprocess, ``--frontend-processes`` passed through (a comma list runs each).
+   subprocess, ``--frontend-processes`` passed through (a comma list runs each). The models are fp16 on a GPU
+   (``--dtype``): INT64 token ids in, FP16 out for BERT, FP16 in and out for ResNet-50.
 4. Drives each model at one item per request with ``naiad bench`` over gRPC (``--bench-processes`` worker processes)
    at each ``--concurrency``, while sampling GPU utilization (pynvml, else nvidia-smi, else none) and the server's
    CPU (psutil).
@@ -301,15 +302,20 @@ def bench(server: Server, model: str, concurrency: int, args: argparse.Namespace
 
 # --- the fault test -----------------------------------------------------------------------------------------------
 
+WIRE = {np.dtype(np.int64): "INT64", np.dtype(np.float16): "FP16", np.dtype(np.float32): "FP32"}
+
+
 def infer(port: int, spec: Any, data: np.ndarray, timeout: float = 10.0) -> tuple[int, str]:
-    """One KServe v2 JSON request of one item; the output asked for in binary (JSON has no exact FP16)."""
-    body = json.dumps({
-        "inputs": [{"name": spec.input_name, "shape": list(data.shape), "datatype": "INT64" if data.dtype == np.int64
-                    else ("FP16" if data.dtype == np.float16 else "FP32"), "data": data.ravel().tolist()}],
+    """One KServe v2 request of one item over HTTP, the tensors in binary both ways (JSON has no FP16)."""
+    raw = np.ascontiguousarray(data).tobytes()
+    header = json.dumps({
+        "inputs": [{"name": spec.input_name, "shape": list(data.shape), "datatype": WIRE[data.dtype],
+                    "parameters": {"binary_data_size": len(raw)}}],
         "outputs": [{"name": spec.output_name, "parameters": {"binary_data": True}}],
     }).encode()
-    request = urllib.request.Request(f"http://127.0.0.1:{port}/v2/models/{spec.name}/infer", data=body,
-                                     headers={"Content-Type": "application/json"})
+    request = urllib.request.Request(f"http://127.0.0.1:{port}/v2/models/{spec.name}/infer", data=header + raw,
+                                     headers={"Content-Type": "application/octet-stream",
+                                              "Inference-Header-Content-Length": str(len(header))})
     try:
         with urllib.request.urlopen(request, timeout=timeout) as response:
             response.read()
@@ -425,6 +431,8 @@ def main() -> int:
                         help="where the models run (default: cuda when torch sees one, else cpu)")
     parser.add_argument("--gpu", type=int, default=0, help="the GPU's index")
     parser.add_argument("--small", action="store_true", help="tiny models (a smoke run on a CPU)")
+    parser.add_argument("--dtype", choices=("fp16", "fp32"), default=None,
+                        help="the models' floating-point type (default: fp16 on a GPU, fp32 on the CPU)")
     parser.add_argument("--models", default="bert,resnet50")
     parser.add_argument("--backends", default="pytorch,python")
     parser.add_argument("--batch-sizes", default="1,2,4,8,16,32,64", help="the in-process limit's batch sizes")
@@ -464,13 +472,14 @@ def main() -> int:
     gpu_index = args.gpu if device_type == "cuda" else None
     workdir = args.workdir or Path(tempfile.mkdtemp(prefix="naiad-gpu-"))
     workdir.mkdir(parents=True, exist_ok=True)
-    all_specs = specs(args.small, fp16=device_type == "cuda")
+    half = (args.dtype or ("fp16" if device_type == "cuda" else "fp32")) == "fp16"
+    all_specs = specs(args.small, fp16=half)
     chosen = {name: all_specs[name] for name in args.models.split(",") if name}
     sampler = GpuSampler(args.gpu) if device_type == "cuda" else None
     host: dict[str, Any] = {
         "cpus": os.cpu_count(), "python": platform.python_version(), "torch": torch.__version__,
         "device": torch.cuda.get_device_name(device) if device_type == "cuda" else platform.processor() or "cpu",
-        "gpu_sampling": sampler.how if sampler else "none (cpu)", "small": args.small,
+        "gpu_sampling": sampler.how if sampler else "none (cpu)", "small": args.small, "fp16": half,
     }
     print(f"device {host['device']} | torch {host['torch']} | {host['cpus']} cpus | GPU sampling: "
           f"{host['gpu_sampling']} | work in {workdir}", file=sys.stderr, flush=True)
@@ -480,7 +489,7 @@ def main() -> int:
     for name, spec in chosen.items():
         files[name] = workdir / "models" / f"{name}.pt"
         t0 = time.monotonic()
-        save_torchscript(name, spec, args.small, device, files[name])
+        save_torchscript(name, spec, args.small, device, half, files[name])
         limits[name] = in_process_limit(files[name], spec, device, ints(args.batch_sizes), args.limit_seconds)
         print(f"limit {name}: " + ", ".join(f"b{b} {v:,.0f}" for b, v in limits[name].items())
               + f" items/s ({time.monotonic() - t0:.0f} s)", file=sys.stderr, flush=True)

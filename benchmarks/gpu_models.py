@@ -135,11 +135,11 @@ def build(name: str, small: bool) -> nn.Module:
     raise ValueError(f"unknown model {name!r}")
 
 
-def save_torchscript(name: str, spec: Spec, small: bool, device: torch.device, path: Path) -> None:
-    """Build ``name`` with random weights on ``device`` (fp16 unless on the CPU), trace it, save it to ``path``."""
+def save_torchscript(name: str, spec: Spec, small: bool, device: torch.device, half: bool, path: Path) -> None:
+    """Build ``name`` with random weights on ``device`` (in fp16 if ``half``), trace it, save it to ``path``."""
     torch.manual_seed(0)
     module = build(name, small).eval().to(device)
-    if device.type != "cpu":
+    if half:
         module = module.half()
     if name == "resnet50":
         module = module.to(memory_format=torch.channels_last)  # type: ignore[call-overload]  # (not in the stubs)
