@@ -140,11 +140,12 @@ class Server:
 
 # --- GPU utilization ----------------------------------------------------------------------------------------------
 
-class GpuSampler:
-    """Samples one GPU's utilization (percent of time a kernel ran) every ``interval`` s in a thread."""
+class Gpu:
+    """Reads one GPU's utilization (percent of the last sample period in which a kernel ran) and used memory: through
+    pynvml, else nvidia-smi, else not at all (``how`` says which)."""
 
-    def __init__(self, index: int, interval: float = 0.2) -> None:
-        self.index, self.interval = index, interval
+    def __init__(self, index: int) -> None:
+        self.index = index
         self.how = "none"
         self._nvml: Any = None
         self._handle: Any = None
@@ -157,9 +158,6 @@ class GpuSampler:
         except Exception:  # noqa: BLE001 - no module, no driver, no device: try the next way
             if shutil.which("nvidia-smi") and self._smi() is not None:
                 self.how = "nvidia-smi"
-        self._samples: list[tuple[float, float]] = []
-        self._stop = threading.Event()
-        self._thread: threading.Thread | None = None
 
     def _smi(self) -> tuple[float, float] | None:
         try:
@@ -171,51 +169,54 @@ class GpuSampler:
         except (OSError, ValueError, subprocess.SubprocessError):
             return None
 
-    def _read(self) -> tuple[float, float] | None:
+    def read(self) -> tuple[float, float] | None:
         if self._nvml is not None:
             try:
-                util = self._nvml.nvmlDeviceGetUtilizationRates(self._handle).gpu
-                used = self._nvml.nvmlDeviceGetMemoryInfo(self._handle).used
-                return float(util), float(used)
+                return (float(self._nvml.nvmlDeviceGetUtilizationRates(self._handle).gpu),
+                        float(self._nvml.nvmlDeviceGetMemoryInfo(self._handle).used))
             except Exception:  # noqa: BLE001
                 return None
         return self._smi() if self.how == "nvidia-smi" else None
 
-    def start(self) -> None:
-        if self.how == "none":
-            return
-        self._samples = []
-        self._stop.clear()
 
-        def loop() -> None:
-            while not self._stop.wait(self.interval):
-                sample = self._read()
-                if sample is not None:
-                    self._samples.append(sample)
+class Sampler:
+    """Samples the GPU (if any) and the server's CPU seconds every ``interval`` s in a thread while a level runs;
+    ``stop(last)`` summarizes the samples of the ``last`` seconds before it, i.e. naiad bench's measured windows
+    rather than its start-up, ceiling probe and warm-up."""
 
-        self._thread = threading.Thread(target=loop, daemon=True)
+    def __init__(self, gpu: Gpu | None, server: Server, interval: float = 0.2) -> None:
+        self.gpu = gpu if gpu is not None and gpu.how != "none" else None
+        self.server, self.interval = server, interval
+        self._samples: list[tuple[float, tuple[float, float] | None, float | None]] = []
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._loop, daemon=True)
+
+    def _loop(self) -> None:
+        while True:
+            self._samples.append((time.monotonic(), self.gpu.read() if self.gpu else None, self.server.cpu_seconds()))
+            if self._stop.wait(self.interval):
+                return
+
+    def start(self) -> Sampler:
         self._thread.start()
+        return self
 
-    def stop(self) -> dict[str, float] | None:
-        if self._thread is None:
-            return None
+    def stop(self, last: float) -> dict[str, Any]:
+        end = time.monotonic()
         self._stop.set()
         self._thread.join()
-        self._thread = None
-        if not self._samples:
-            return None
-        utils = [u for u, _ in self._samples]
-        return {"util_mean": sum(utils) / len(utils), "util_max": max(utils),
-                "memory_used_max": max(m for _, m in self._samples), "samples": len(utils)}
-
-    def name(self) -> str:
-        if self._nvml is not None:
-            try:
-                value = self._nvml.nvmlDeviceGetName(self._handle)
-                return value.decode() if isinstance(value, bytes) else str(value)
-            except Exception:  # noqa: BLE001
-                return ""
-        return ""
+        # the bench's teardown (closing its workers) takes a moment after its last window
+        inside = [s for s in self._samples if end - last - 0.3 <= s[0] <= end - 0.3] or self._samples
+        out: dict[str, Any] = {"gpu": None, "server_cores": None}
+        gpus = [g for _, g, _ in inside if g is not None]
+        if gpus:
+            utils = [u for u, _ in gpus]
+            out["gpu"] = {"util_mean": sum(utils) / len(utils), "util_max": max(utils),
+                          "memory_used_max": max(m for _, m in gpus), "samples": len(utils)}
+        cpus = [(t, c) for t, _, c in inside if c is not None]
+        if len(cpus) >= 2 and cpus[-1][0] > cpus[0][0]:
+            out["server_cores"] = (cpus[-1][1] - cpus[0][1]) / (cpus[-1][0] - cpus[0][0])
+        return out
 
 
 # --- model repositories -----------------------------------------------------------------------------------------
@@ -250,7 +251,7 @@ def write_repository(root: Path, backend: str, specs: dict[str, Any], files: dic
 # --- load ---------------------------------------------------------------------------------------------------------
 
 def bench(server: Server, model: str, concurrency: int, args: argparse.Namespace, workdir: Path,
-          sampler: GpuSampler | None) -> dict[str, Any]:
+          gpu: Gpu | None) -> dict[str, Any]:
     """One ``naiad bench`` level over gRPC, one item per request; GPU and server CPU sampled meanwhile."""
     label = f"{model}-{concurrency}-{server.log.stem}"
     csv_path = workdir / f"bench-{label}.csv"
@@ -260,19 +261,14 @@ def bench(server: Server, model: str, concurrency: int, args: argparse.Namespace
                "-r", str(args.bench_trials), "-s", str(args.bench_stability), "--input-data", "zero",
                "--warmup-request-count", str(max(args.warmup_requests, 2 * concurrency)),
                "--processes", str(args.bench_processes), "-f", str(csv_path), "--no-progress"]
-    cpu0, t0 = server.cpu_seconds(), time.monotonic()
-    if sampler:
-        sampler.start()
+    sampler = Sampler(gpu, server).start()
     try:
         done = subprocess.run(command, check=False, capture_output=True, text=True, env=child_env(),
                               timeout=window_ms / 1000 * (args.bench_trials + 2) + 120)
     except subprocess.TimeoutExpired:
         done = None
-    gpu = sampler.stop() if sampler else None
-    cpu1, t1 = server.cpu_seconds(), time.monotonic()
-    row: dict[str, Any] = {"model": model, "concurrency": concurrency, "gpu": gpu,
-                           "server_cores": (cpu1 - cpu0) / (t1 - t0) if cpu0 is not None and cpu1 is not None
-                           else None}
+    # naiad bench reports its last 3 windows (perf_analyzer's stability rule)
+    row: dict[str, Any] = {"model": model, "concurrency": concurrency, **sampler.stop(3 * window_ms / 1000)}
     log = workdir / f"bench-{label}.log"
     if done is None:
         log.write_text("timed out\n")
@@ -433,6 +429,10 @@ def main() -> int:
     parser.add_argument("--small", action="store_true", help="tiny models (a smoke run on a CPU)")
     parser.add_argument("--dtype", choices=("fp16", "fp32"), default=None,
                         help="the models' floating-point type (default: fp16 on a GPU, fp32 on the CPU)")
+    parser.add_argument("--cpu-threads", type=int, default=1,
+                        help="--device cpu: torch's threads, in the limit and in the servers (OMP_NUM_THREADS); its "
+                             "spinning OpenMP threads starve the server on a small host (2 cores: 40 against 2,400 "
+                             "items/s); 0: torch's default")
     parser.add_argument("--models", default="bert,resnet50")
     parser.add_argument("--backends", default="pytorch,python")
     parser.add_argument("--batch-sizes", default="1,2,4,8,16,32,64", help="the in-process limit's batch sizes")
@@ -469,17 +469,20 @@ def main() -> int:
         print(f"--device cuda, but torch {torch.__version__} sees no GPU", file=sys.stderr)
         return 1
     device = torch.device("cuda", args.gpu) if device_type == "cuda" else torch.device("cpu")
+    if device_type == "cpu" and args.cpu_threads > 0:
+        torch.set_num_threads(args.cpu_threads)
+        os.environ["OMP_NUM_THREADS"] = str(args.cpu_threads)  # the servers' (and their workers') environment
     gpu_index = args.gpu if device_type == "cuda" else None
     workdir = args.workdir or Path(tempfile.mkdtemp(prefix="naiad-gpu-"))
     workdir.mkdir(parents=True, exist_ok=True)
     half = (args.dtype or ("fp16" if device_type == "cuda" else "fp32")) == "fp16"
     all_specs = specs(args.small, fp16=half)
     chosen = {name: all_specs[name] for name in args.models.split(",") if name}
-    sampler = GpuSampler(args.gpu) if device_type == "cuda" else None
+    gpu = Gpu(args.gpu) if device_type == "cuda" else None
     host: dict[str, Any] = {
         "cpus": os.cpu_count(), "python": platform.python_version(), "torch": torch.__version__,
         "device": torch.cuda.get_device_name(device) if device_type == "cuda" else platform.processor() or "cpu",
-        "gpu_sampling": sampler.how if sampler else "none (cpu)", "small": args.small, "fp16": half,
+        "gpu_sampling": gpu.how if gpu else "none (cpu)", "small": args.small, "fp16": half,
     }
     print(f"device {host['device']} | torch {host['torch']} | {host['cpus']} cpus | GPU sampling: "
           f"{host['gpu_sampling']} | work in {workdir}", file=sys.stderr, flush=True)
@@ -526,7 +529,7 @@ def main() -> int:
                 server = Server(repo, workdir / f"server-{backend}-fe{frontends}.log", frontends,
                                 shlex.split(args.serve_args))
                 try:
-                    serve_one(server, backend, frontends, chosen, limits, args, workdir, sampler, late, rows, dump)
+                    serve_one(server, backend, frontends, chosen, limits, args, workdir, gpu, late, rows, dump)
                     # once per backend: the front ends play no part in a fault of the model
                     if "bert" in chosen and not args.no_fault and index == 0:
                         other = next((s for n, s in chosen.items() if n != "bert"), None)
@@ -550,7 +553,7 @@ def main() -> int:
 
 
 def serve_one(server: Server, backend: str, frontends: str, chosen: dict[str, Any], limits: dict[str, dict[int, float]],
-              args: argparse.Namespace, workdir: Path, sampler: GpuSampler | None, late: Any,
+              args: argparse.Namespace, workdir: Path, gpu: Gpu | None, late: Any,
               rows: list[dict[str, Any]], dump: Any) -> None:
     """Every model at every concurrency on one running server; a server that does not start is one failed row."""
     try:
@@ -568,7 +571,7 @@ def serve_one(server: Server, backend: str, frontends: str, chosen: dict[str, An
         for concurrency in ints(args.concurrency):
             if late(f"{name} {backend} c={concurrency}"):
                 continue
-            row = bench(server, name, concurrency, args, workdir, sampler)
+            row = bench(server, name, concurrency, args, workdir, gpu)
             row.update(backend=backend, frontend_processes=frontends, limit=limit)
             if "items_per_s" in row:
                 row["fraction"] = row["items_per_s"] / limit
