@@ -126,7 +126,7 @@ class Server:
         if self.process.poll() is None:
             try:
                 os.killpg(self.process.pid, signal.SIGTERM)
-                self.process.wait(20)
+                self.process.wait(15)
             except subprocess.TimeoutExpired:
                 pass
             except ProcessLookupError:
@@ -455,7 +455,8 @@ def main() -> int:
                         help="how long the fault test waits for the model to serve again")
     parser.add_argument("--no-fault", action="store_true", help="skip the fault test")
     parser.add_argument("--deadline", type=float, default=0.0,
-                        help="seconds: start no server or level after this, and report what was measured (0: none)")
+                        help="seconds: start no server or level after this (a started server still gets its fault test), and "
+                             "report what was measured (0: none)")
     parser.add_argument("--workdir", type=Path, default=None, help="models, repositories and logs (default: a temp dir)")
     parser.add_argument("--json-out", type=Path, default=None)
     args = parser.parse_args()
@@ -469,6 +470,10 @@ def main() -> int:
         print(f"--device cuda, but torch {torch.__version__} sees no GPU", file=sys.stderr)
         return 1
     device = torch.device("cuda", args.gpu) if device_type == "cuda" else torch.device("cpu")
+    if device_type == "cuda" and "NAIAD_GPUS" not in os.environ and not os.path.isdir("/proc/driver/nvidia/gpus"):
+        # naiad finds GPUs in the driver's /proc folder, which some VMs and containers lack; torch's count stands in
+        os.environ["NAIAD_GPUS"] = ",".join(str(i) for i in range(torch.cuda.device_count()))
+        print(f"no /proc/driver/nvidia/gpus: NAIAD_GPUS={os.environ['NAIAD_GPUS']} for the servers", file=sys.stderr)
     if device_type == "cpu" and args.cpu_threads > 0:
         torch.set_num_threads(args.cpu_threads)
         os.environ["OMP_NUM_THREADS"] = str(args.cpu_threads)  # the servers' (and their workers') environment

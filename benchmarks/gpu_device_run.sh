@@ -1,11 +1,12 @@
 #!/usr/bin/env bash
-# The device machine's one call for benchmarks/gpu.py, under ~8 minutes on a 16-core host with one H100 or H200:
+# The device machine's one call for benchmarks/gpu.py, about 7 minutes on a 16-core host with one H100 or H200:
 #
 #   bash benchmarks/gpu_wheels.sh      # here, once: the wheels naiad needs there, into .whl/
-#   run(command="bash benchmarks/gpu_device_run.sh", carry=[".whl"], timeout_s=560)
+#   run(command="bash benchmarks/gpu_device_run.sh", carry=[".whl"], timeout_s=480)
 #
 # Checks torch and CUDA, installs the carried wheels (if any) into /tmp/site, checks that naiad imports, then runs
-# gpu.py with --deadline (no new server or level after it; NAIAD_GPU_BUDGET_S, default 400 s) and writes, under
+# gpu.py with --deadline (no new server or level after it; NAIAD_GPU_BUDGET_S, default 330 s;
+# gpu.py is stopped at that plus 90 s, and prints what it measured) and writes, under
 # $OUT: env.txt (nvidia-smi, versions), gpu.log (progress and the table), gpu.json (every figure) and logs.tar.gz
 # (server and naiad bench logs). Arguments go to gpu.py after these defaults, so they win (e.g. --instances 2).
 # A rehearsal on a CPU host: NAIAD_GPU_ALLOW_CPU=1 OUT=/tmp/o bash benchmarks/gpu_device_run.sh --device cpu --small
@@ -13,7 +14,7 @@ set -uo pipefail
 cd "$(dirname "$0")/.."
 OUT="${OUT:-/tmp/naiad-gpu-out}"
 mkdir -p "$OUT"
-BUDGET="${NAIAD_GPU_BUDGET_S:-400}"
+BUDGET="${NAIAD_GPU_BUDGET_S:-330}"
 export PYTHONUNBUFFERED=1
 {
   date -u; echo "cores: $(nproc)"; nvidia-smi; python3 -V
@@ -34,8 +35,8 @@ print('imports ok; grpcio', grpc.__version__, 'protobuf', google.protobuf.__vers
   exit 1
 fi
 rm -rf /tmp/naiad-gpu
-timeout -k 15 $((BUDGET + 120)) python3 benchmarks/gpu.py --workdir /tmp/naiad-gpu --json-out "$OUT/gpu.json" \
-  --deadline "$BUDGET" --frontend-processes 1,4 --limit-seconds 1.0 "$@" 2>&1 | tee "$OUT/gpu.log"
+timeout -k 40 $((BUDGET + 90)) python3 benchmarks/gpu.py --workdir /tmp/naiad-gpu --json-out "$OUT/gpu.json" \
+  --deadline "$BUDGET" --frontend-processes 1,4 --limit-seconds 1.0 --bench-seconds 1.5 "$@" 2>&1 | tee "$OUT/gpu.log"
 rc=$?
 tar -C /tmp/naiad-gpu --exclude='*.pt' -czf "$OUT/logs.tar.gz" . 2> /dev/null
 tail -3 "$OUT/env.txt"
