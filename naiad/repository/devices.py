@@ -71,23 +71,35 @@ def used_memory(gpus: set[int] | frozenset[int]) -> dict[int, int]:
     return {gpu: source.memory(gpu)[0] for gpu in gpus if gpu < count}
 
 
-def held_by(pids: list[int], gpus: set[int] | frozenset[int]) -> dict[int, int] | None:
-    """What ``pids`` hold on each of ``gpus``, or None where the driver does not report memory per process (or
-    none of the pids shows up on any of them: their memory is the server's, or not reported)."""
+def processes(gpus: set[int] | frozenset[int]) -> dict[int, dict[int, int] | None]:
+    """Each device's memory per process (None for a device whose driver does not say), read once for
+    ``held_by`` calls that share it."""
     source = devices()
-    if source is None or not pids:
+    if source is None:
+        return {}
+    count = source.count()
+    return {gpu: source.processes(gpu) for gpu in gpus if gpu < count}
+
+
+def held_by(pids: list[int], gpus: set[int] | frozenset[int],
+            snapshot: dict[int, dict[int, int] | None] | None = None) -> dict[int, int] | None:
+    """What ``pids`` hold on each of ``gpus`` (per ``snapshot``, else read now), or None where the driver does not
+    report memory per process (or none of the pids shows up on any of them: their memory is the server's, or
+    not reported)."""
+    if not pids:
         return None
+    if snapshot is None:
+        snapshot = processes(gpus)
     wanted = set(pids)
     held: dict[int, int] = {}
     seen = False
-    count = source.count()
     for gpu in gpus:
-        if gpu >= count:
-            continue
-        processes = source.processes(gpu)
-        if processes is None:
+        if gpu not in snapshot:
+            continue  # no such device
+        on_device = snapshot[gpu]
+        if on_device is None:
             return None
-        mine = [size for pid, size in processes.items() if pid in wanted]
+        mine = [size for pid, size in on_device.items() if pid in wanted]
         seen = seen or bool(mine)
         held[gpu] = sum(mine)
     return held if seen else None

@@ -37,7 +37,7 @@ from naiad.core.cache_stats import CacheStats
 from naiad.core.devices import devices, out_of_memory
 from naiad.core.errors import Code, InferError, not_found
 from naiad.repository.control import ModelControl
-from naiad.repository.devices import capacity, held_by, used_memory
+from naiad.repository.devices import capacity, held_by, processes, used_memory
 from naiad.repository.eviction import DEFAULT_POLICY, EvictionPolicy, make_policy
 from naiad.repository.layout import model_dirs
 from naiad.repository.manager import ModelRepository
@@ -90,6 +90,9 @@ class ModelCache:
         self._reserved_device: dict[str, dict[int, int]] = {}  # key -> GPU -> bytes expected, while it loads
         self._known_device: dict[str, tuple[frozenset[int], dict[int, int]]] = {}  # target -> GPUs and bytes there
         self._freeing: asyncio.Future | None = None  # an unload after an out-of-memory failure, in progress
+        # key -> its requests waiting for _free before running again: never a victim, since unloading it would
+        # wait for those very requests.
+        self._retrying: dict[str, int] = {}
         self.stats = stats if stats is not None else CacheStats()
         self.policy = policy or make_policy(DEFAULT_POLICY)
         self._counted = ""  # the target hit() just counted: the same request's touch() is not a second use
@@ -292,10 +295,12 @@ class ModelCache:
 
     def refresh(self) -> None:
         """Measure every loaded model again (workers grow, restart, share pages)."""
+        on_gpus = frozenset().union(*(r.gpus for r in self.models.values()))
+        snapshot = processes(on_gpus) if on_gpus else {}  # one read per device, whatever the models
         for resident in self.models.values():
             resident.memory = self._measure(resident)
             if resident.gpus:
-                self._measure_device(resident)
+                self._measure_device(resident, snapshot=snapshot)
 
     def _measure(self, resident: Resident) -> int:
         pids = [pid for name in resident.names for pid in self._pids(name)]
@@ -326,7 +331,8 @@ class ModelCache:
         gpus = frozenset(gpu_instances(config))
         return gpus, {gpu: disk for gpu in gpus}
 
-    def _measure_device(self, resident: Resident, before: dict[int, int] | None = None) -> None:
+    def _measure_device(self, resident: Resident, before: dict[int, int] | None = None,
+                        snapshot: dict[int, dict[int, int] | None] | None = None) -> None:
         """What ``resident`` holds on its GPUs: its processes' memory there where the driver reports it, else
         (just loaded: ``before`` is each device's use before the load) the devices' growth during its load."""
         if not resident.gpus:
@@ -336,7 +342,7 @@ class ModelCache:
         if not resident.gpus:
             return
         pids = [pid for name in resident.names for pid in self._pids(name)]
-        held = held_by(pids, resident.gpus)
+        held = held_by(pids, resident.gpus, snapshot)
         if held is not None:
             resident.device = held
         elif before is not None:
@@ -362,8 +368,8 @@ class ModelCache:
                 room = capacity(source, gpu, limits)
                 if used + size <= room:
                     break
-                victims = [r for r in self.models.values()
-                           if r.key != keep and gpu in r.gpus and r.target not in self._waiting]
+                victims = [r for r in self.models.values() if r.key != keep and gpu in r.gpus
+                           and r.target not in self._waiting and r.key not in self._retrying]
                 if not victims:
                     if loading or any(m for _, m in self._leaving.values()):
                         await self._room.wait()  # a load or an unload in progress changes the picture
@@ -391,7 +397,7 @@ class ModelCache:
         try:
             async with self._room:
                 victims = [r for r in self.models.values() if r.key != keep and r.target not in self._waiting
-                           and (not gpus or r.gpus & gpus)]
+                           and r.key not in self._retrying and (not gpus or r.gpus & gpus)]
                 if victims:
                     victim = min(victims, key=lambda r: (self._busy(r), self.policy.priority(r.target, r.memory)))
                     log.info("evicting '%s' (%s) after an out-of-memory failure", victim.target,
@@ -412,7 +418,16 @@ class ModelCache:
                 model.free_memory = free
 
     async def _free_for(self, resident: Resident) -> bool:
-        return resident.key in self.models and await self._free(resident.key, resident.gpus)
+        key = resident.key
+        if key not in self.models:  # being unloaded itself (perhaps to make room for another)
+            return False
+        self._retrying[key] = self._retrying.get(key, 0) + 1
+        try:
+            return await self._free(key, resident.gpus)
+        finally:
+            self._retrying[key] -= 1
+            if not self._retrying[key]:
+                del self._retrying[key]
 
     def _overhead(self) -> int:
         """What a model took beyond its files so far (interpreter, libraries): the guess for an unknown one."""
@@ -431,7 +446,7 @@ class ModelCache:
             return
         self.refresh()
         while self._committed() + need > self.memory_limit:
-            victims = [r for r in self.models.values() if r.key != keep]
+            victims = [r for r in self.models.values() if r.key != keep and r.key not in self._retrying]
             held = [r for r in victims if r.target in self._waiting]  # just loaded: its requests go first
             victims = [r for r in victims if r.target not in self._waiting]
             if not victims:

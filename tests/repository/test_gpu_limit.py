@@ -86,6 +86,7 @@ def test_the_flag_is_parsed_as_triton_parses_it() -> None:
         with pytest.raises(ValueError, match=message.replace("[", r"\[").replace(".", r"\.")):
             parse_gpu_limits([value])
     done = subprocess.run([sys.executable, "-m", "naiad", "serve", "--model-repository", str(ROOT),
-                           "--model-load-gpu-limit=0:2"], capture_output=True, text=True, cwd=ROOT, timeout=60)
+                           "--model-load-gpu-limit=0:2"], capture_output=True, text=True, cwd=ROOT, timeout=60,
+                          check=False)
     assert done.returncode == 1
     assert "error: expects limit fraction to be in range [0.0, 1.0], got 2.000000" in done.stderr

@@ -16,8 +16,8 @@ from prometheus_client import (
     REGISTRY,
 )
 
-from naiad.frontends.http.protocol import HttpProtocol
 from naiad.core.devices import devices
+from naiad.frontends.http.protocol import HttpProtocol
 from naiad.frontends.metrics.collector import CpuCollector, GpuCollector, ModelCollector
 from naiad.frontends.metrics.exposition import CONTENT_TYPE, render
 from naiad.frontends.metrics.options import MetricsOptions
