@@ -333,8 +333,11 @@ class ModelRepository:
                 try:
                     check_gpu_limit(config, self.options.gpu_limits)  # what the load took, as Triton checks it
                 except InferError as exc:
-                    loaded.unload()
                     error = exc
+                    try:
+                        loaded.unload()  # its processes go, and with them what they took on the device
+                    except Exception:
+                        log.exception("finalize() of '%s' version %d failed", name, version)
             if error is not None:
                 self._version_failed(entry, version, error)
                 continue
