@@ -13,6 +13,7 @@ import pytest
 
 from tests import simulated_gpus
 from tests.frontends.sagemaker.test_multi_model import IDENTITY, invoke, listed, load
+from tests.models import write_model
 from tests.server import RunningServer
 
 MIB = 1 << 20
@@ -22,11 +23,8 @@ BASE = 200 * MIB  # held by something else on the device
 
 def _models(root: Path) -> None:
     for name, size, execute in (("a", 300, 0), ("b", 300, 0), ("c", 300, 0), ("d", 300, 0), ("e", 100, 250)):
-        folder = root / name / "model"
-        folder.mkdir(parents=True)
-        (folder / "config.pbtxt").write_text(simulated_gpus.gpu_config(name, size * MIB, execute * MIB))
-        (folder / "1").mkdir()
-        (folder / "1" / "model.py").write_text(_dedent(simulated_gpus.GPU_MODEL_PY))
+        write_model(root / name, "model", simulated_gpus.gpu_config(name, size * MIB, execute * MIB),
+                    simulated_gpus.GPU_MODEL_PY)
 
 
 def mme(root: Path, devices: Path, *extra: str) -> RunningServer:
@@ -35,12 +33,6 @@ def mme(root: Path, devices: Path, *extra: str) -> RunningServer:
     return RunningServer([empty], "--allow-sagemaker=true", "--allow-grpc=false", "--model-control-mode=explicit",
                          f"--sagemaker-models-root={root}", *extra,
                          env={"SAGEMAKER_MULTI_MODEL": "true", simulated_gpus.ENV: str(devices)})
-
-
-def _dedent(text: str) -> str:
-    import textwrap
-
-    return textwrap.dedent(text)
 
 
 def _settled(devices: Path, expected: int) -> int:
