@@ -104,6 +104,9 @@ def build_parser() -> argparse.ArgumentParser:
     serve.add_argument("--model-load-timeout-secs", type=float, default=600.0, metavar="SECONDS",
                        help="naiad only: a model whose load (initialize() included) takes longer fails and its "
                             "Python worker processes are killed; 0: wait forever, as Triton does")
+    serve.add_argument("--model-load-gpu-limit", action="append", default=[], metavar="<device_id>:<fraction>",
+                       help="refuse a load onto a GPU whose used memory is above this fraction of its total "
+                            "(repeatable, one per device)")
     serve.add_argument("--model-load-retry-count", type=int, default=0, metavar="N",
                        help="further attempts to load a model version that failed")
     serve.add_argument("--id", default="triton",
@@ -196,7 +199,6 @@ def _compatibility_flags(serve: argparse.ArgumentParser) -> None:
         ("--cuda-memory-pool-byte-size", "<device>:<bytes>", "no CUDA"),
         ("--cuda-virtual-address-size", "<device>:<bytes>", "no CUDA"),
         ("--host-policy", "<name>,<setting>=<value>", "no NUMA or core pinning"),
-        ("--model-load-gpu-limit", "<device>:<fraction>", "no GPUs are used"),
     ):
         group.add_argument(name, action="append", default=[], metavar=example, help=f"{why} (repeatable)")
     _flag(group, "--enable-peer-access", True, "no GPUs are used")
@@ -238,8 +240,10 @@ def serve(args: argparse.Namespace) -> int:
         print(f"error: {exc}", file=sys.stderr)
         return 1
     try:
+        from naiad.repository.devices import parse_gpu_limits
         from naiad.repository.memory import parse_size
 
+        gpu_limits = parse_gpu_limits(args.model_load_gpu_limit)
         archive_limits = (parse_size(args.model_archive_max_bytes), args.model_archive_max_members)
         if args.model_load_timeout_secs < 0 or min(archive_limits) <= 0 or args.model_archive_max_bytes.endswith("%"):
             raise ValueError("--model-load-timeout-secs must be 0 or more, and --model-archive-max-bytes and "
@@ -260,6 +264,7 @@ def serve(args: argparse.Namespace) -> int:
         load_threads=args.model_load_thread_count,
         load_retries=args.model_load_retry_count,
         load_timeout=args.model_load_timeout_secs,
+        gpu_limits=gpu_limits,
         archive_limits=archive_limits,
         server_id=args.id,
         strict_readiness=args.strict_readiness,

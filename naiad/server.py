@@ -50,6 +50,7 @@ class ServerOptions:
     load_threads: int = 4
     load_retries: int = 0
     load_timeout: float = 600.0  # --model-load-timeout-secs (0: none)
+    gpu_limits: dict[int, float] = field(default_factory=dict)  # --model-load-gpu-limit: device -> fraction
     archive_limits: tuple[int, int] | None = None  # --model-archive-max-bytes / -members (None: archive.py's)
     server_id: str = "triton"
     strict_readiness: bool = True
@@ -101,6 +102,7 @@ class Server:
                 load_threads=options.load_threads,
                 load_retries=options.load_retries,
                 load_timeout=options.load_timeout,
+                gpu_limits=options.gpu_limits,
             ))
             self.control = ModelControl(repository, options.model_control_mode, options.load_models,
                                         options.repository_poll_secs, options.allow_model_code_upload)

@@ -12,6 +12,7 @@ from functools import lru_cache
 
 from naiad.config import ModelConfig, pb
 from naiad.config.sequence import sequence_spec
+from naiad.core.devices import SIMULATED_ENV, devices
 from naiad.core.errors import internal, invalid
 
 Group = pb.ModelInstanceGroup
@@ -26,10 +27,14 @@ _DEFAULT_CPU_INSTANCE_COUNT = 2
 @lru_cache(maxsize=1)
 def gpu_ids() -> frozenset[int]:
     """The device ids naiad can place instances on: the NVIDIA driver lists one folder per GPU. NAIAD_GPUS
-    ("0,1", or "" for none) overrides what the driver says, e.g. to keep a server off the GPUs."""
+    ("0,1", or "" for none) overrides what the driver says, e.g. to keep a server off the GPUs; simulated devices
+    (a testing aid, ``naiad.core.devices``) stand in for the driver's."""
     override = os.environ.get("NAIAD_GPUS")
     if override is not None:
         return frozenset(int(g) for g in override.split(",") if g.strip())
+    if os.environ.get(SIMULATED_ENV):
+        found = devices()
+        return frozenset(range(found.count() if found is not None else 0))
     try:
         return frozenset(range(len(os.listdir("/proc/driver/nvidia/gpus"))))
     except OSError:
@@ -53,6 +58,17 @@ def fill_instance_groups(config: ModelConfig) -> None:
             group.count = _DEFAULT_CPU_INSTANCE_COUNT if two else 1
         if group.kind == Group.KIND_GPU and not group.gpus:
             group.gpus.extend(sorted(gpus))
+
+
+def gpu_instances(config: ModelConfig) -> dict[int, str]:
+    """The GPUs a filled config's instances run on, each with the name of its first instance there (Triton's
+    ``<group>_<n>``, as its load refusals name it)."""
+    found: dict[int, str] = {}
+    for group in config.instance_group:
+        if group.kind == Group.KIND_GPU and group.count > 0:
+            for gpu in group.gpus:
+                found.setdefault(gpu, f"{group.name}_0")
+    return found
 
 
 def fill_batching(config: ModelConfig) -> None:

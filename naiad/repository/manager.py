@@ -24,6 +24,7 @@ from naiad.config.render import config_to_dict
 from naiad.config.validate import validate, validate_identity
 from naiad.core.errors import STATUS_NAMES, Code, InferError, internal, invalid, not_found, unavailable
 from naiad.repository.consent import check_model_file
+from naiad.repository.devices import check_gpu_limit
 from naiad.repository.layout import model_dirs, select_versions, version_dirs
 from naiad.repository.model import ModelVersion
 from naiad.repository.warmup import warm_up
@@ -87,6 +88,7 @@ class RepositoryOptions:
     # initialize() is reported rather than leaving the model LOADING (and a load thread taken) for good.
     load_timeout: float = 600.0
     load_retries: int = 0  # --model-load-retry-count: further attempts after a version fails to load
+    gpu_limits: dict[int, float] = field(default_factory=dict)  # --model-load-gpu-limit: device -> fraction
 
 
 class ModelRepository:
@@ -289,6 +291,8 @@ class ModelRepository:
                 validate_mapping(config, [self._composing(config, *dep) for dep in dependencies(config)])
             elif backend is None:
                 raise invalid(f"unable to find backend for platform '{config.platform}' of model '{name}'")
+            else:
+                check_gpu_limit(config, self.options.gpu_limits)  # a device already past it: no load to undo
         except InferError as exc:
             for version in selected:
                 self._version_failed(entry, version, exc)
@@ -325,6 +329,15 @@ class ModelRepository:
                 if attempt < self.options.load_retries:
                     log.warning("failed to load '%s' version %d (attempt %d of %d): %s", name, version, attempt + 1,
                                 self.options.load_retries + 1, error.message)
+            if error is None:
+                try:
+                    check_gpu_limit(config, self.options.gpu_limits)  # what the load took, as Triton checks it
+                except InferError as exc:
+                    error = exc
+                    try:
+                        loaded.unload()  # its processes go, and with them what they took on the device
+                    except Exception:
+                        log.exception("finalize() of '%s' version %d failed", name, version)
             if error is not None:
                 self._version_failed(entry, version, error)
                 continue

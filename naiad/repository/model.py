@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 import asyncio
+import logging
 import time
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Awaitable, Callable
 
 from naiad.backends.base import LoadedVersion
 from naiad.config import ModelConfig
@@ -13,6 +14,7 @@ from naiad.config.ensemble import ENSEMBLE_PLATFORM
 from naiad.config.sequence import sequence_spec
 from naiad.config.signature import Signature
 from naiad.core.datatypes import CONFIG_TO_WIRE
+from naiad.core.devices import out_of_memory
 from naiad.core.errors import InferError
 from naiad.core.model_view import ModelView
 from naiad.core.request import InferRequest, InferResponse
@@ -25,6 +27,8 @@ from naiad.scheduling.rate_limiter import RateLimiter
 from naiad.scheduling.sequence import SequenceBatcher
 
 Scheduler = DefaultScheduler | DynamicBatcher | SequenceBatcher | EnsembleScheduler
+
+log = logging.getLogger("naiad.repository")
 
 
 def make_scheduler(config: ModelConfig, loaded: LoadedVersion, stats: ModelStats,
@@ -88,6 +92,9 @@ class ModelVersion:
         # sender, used with FINAL inside execute): its requests get a responder that resolves their future then.
         self._early = not self.decoupled and bool(getattr(loaded, "answers_early", False))
         self.in_flight = 0  # queued or executing requests: an unload waits for them before finalize()
+        # Set by a model cache that holds this version: unloads another model to free memory, True when one went.
+        # An execution that fails out of memory then runs once more (``_retry``).
+        self.free_memory: Callable[[], Awaitable[bool]] | None = None
         self._drained: asyncio.Event | None = None
 
     @property
@@ -188,7 +195,11 @@ class ModelVersion:
         return True
 
     def _complete(self, request: InferRequest, response: InferResponse, failed: bool | str,
-                  future: asyncio.Future) -> None:
+                  future: asyncio.Future, retried: bool = False) -> None:
+        if (failed and self.free_memory is not None and not retried and response.error is not None
+                and not self.decoupled and not future.done() and out_of_memory(response.error.message)):
+            asyncio.ensure_future(self._retry(request, response, failed, future))
+            return  # still in flight: an unload waits for the second try
         self.in_flight -= 1
         if self._drained is not None and self.in_flight == 0:
             self._drained.set()
@@ -215,6 +226,26 @@ class ModelVersion:
         response.model_version = self.version_str
         if not future.done():
             future.set_result(response)
+
+    async def _retry(self, request: InferRequest, response: InferResponse, failed: bool | str,
+                     future: asyncio.Future) -> None:
+        """The execution ran out of memory: the cache unloads its least valuable other model and the request runs
+        once more (server issue 3583 asks Triton for this). The first failure is not counted; the client sees
+        the second outcome, or the first one when nothing could be unloaded."""
+        try:
+            freed = self.free_memory is not None and await self.free_memory()
+        except Exception:
+            log.exception("freeing memory for '%s' failed", self.name)
+            freed = False
+        if not freed or future.done() or request.cancelled or not self.loaded.ready:
+            self._complete(request, response, failed, future, True)
+            return
+        log.warning("'%s' version %s ran out of memory; running the request again after an unload", self.name,
+                    self.version_str)
+        try:
+            self.scheduler.enqueue(request, lambda req, resp, again: self._complete(req, resp, again, future, True))
+        except InferError:  # stopped meanwhile (an unload): the first answer stands
+            self._complete(request, response, failed, future, True)
 
     def _store(self, request: InferRequest, response: InferResponse) -> None:
         assert self.cache is not None and request.cache_key is not None

@@ -8,6 +8,13 @@ loads; evictions run one at a time (memory accounting needs a settled picture); 
 misses on one model share one load; a step that runs off the event loop (a download, an extraction) gives up at
 --model-load-timeout-secs, which fails only the requests waiting for that model.
 
+GPUs count too (``naiad.repository.devices``): before a model loads, models on the devices it will use are unloaded
+until its device memory fits under the device's capacity (its --model-load-gpu-limit share, else all of it),
+judged on the device's used memory as the driver reports it. A model's need there is what it held when it was
+last loaded, else the size of its files. A load or an execution that fails out of memory (CUDA's, onnxruntime's,
+TensorRT's words) or over the GPU limit while other models are resident unloads the least valuable of them, in the
+eviction policy's order, and runs once more.
+
 Repositories come and go through the repository's own ``register`` / ``unregister``; models through model control.
 """
 
@@ -24,9 +31,13 @@ from functools import partial
 from pathlib import Path
 from typing import Callable, TypeVar
 
+from naiad.config.loader import load_config
+from naiad.config.scheduling import fill_instance_groups, gpu_instances
 from naiad.core.cache_stats import CacheStats
+from naiad.core.devices import devices, out_of_memory
 from naiad.core.errors import Code, InferError, not_found
 from naiad.repository.control import ModelControl
+from naiad.repository.devices import capacity, held_by, processes, used_memory
 from naiad.repository.eviction import DEFAULT_POLICY, EvictionPolicy, make_policy
 from naiad.repository.layout import model_dirs
 from naiad.repository.manager import ModelRepository
@@ -48,6 +59,8 @@ class Resident:
     memory: int = 0
     in_process: int = 0  # the server's own growth while the model loaded
     last_used: float = 0.0
+    gpus: frozenset[int] = frozenset()  # the GPUs its instances run on
+    device: dict[int, int] = field(default_factory=dict)  # GPU -> bytes it holds there
 
 
 class StepFailed(InferError):
@@ -74,6 +87,12 @@ class ModelCache:
         self._leaving: dict[str, tuple[asyncio.Event, int]] = {}  # key -> (set when gone, memory it held)
         self._known: dict[str, int] = {}  # target -> memory measured when it was last loaded
         self._overheads: list[int] = []  # memory beyond the files on disk, per model measured so far
+        self._reserved_device: dict[str, dict[int, int]] = {}  # key -> GPU -> bytes expected, while it loads
+        self._known_device: dict[str, tuple[frozenset[int], dict[int, int]]] = {}  # target -> GPUs and bytes there
+        self._freeing: asyncio.Future | None = None  # an unload after an out-of-memory failure, in progress
+        # key -> its requests waiting for _free before running again: never a victim, since unloading it would
+        # wait for those very requests.
+        self._retrying: dict[str, int] = {}
         self.stats = stats if stats is not None else CacheStats()
         self.policy = policy or make_policy(DEFAULT_POLICY)
         self._counted = ""  # the target hit() just counted: the same request's touch() is not a second use
@@ -96,20 +115,31 @@ class ModelCache:
         lower = self._known.get(target, disk)
         if self.memory_limit is not None and lower > self.memory_limit:
             raise InferError(self._too_big(target, lower), Code.INVALID_ARG)
+        gpus, device_need = self._device_need(target, repository / model_folder, disk)
         self._loading.add(key)
         try:
             async with self._room:
                 await self._make_room(self._known.get(target, disk + self._overhead()), keep=key)
+                await self._make_device_room(device_need, keep=key)
                 self._reserved[key] = self._known.get(target, disk + self._overhead())
-            self._check_names(repository, model_folder)  # with no wait before the register: a settled picture
-            self.repository.register(repository, {model_folder: target})
-            before = own_rss()
+                self._reserved_device[key] = device_need
             started = time.perf_counter()
-            try:
-                await self.control.load_model(target)
-            except BaseException:
-                await self._discard(repository, [target])
-                raise
+            for attempt in range(2):
+                self._check_names(repository, model_folder)  # with no wait before the register: a settled picture
+                self.repository.register(repository, {model_folder: target})
+                before, device_before = own_rss(), used_memory(gpus)
+                try:
+                    await self.control.load_model(target)
+                    break
+                except InferError as exc:
+                    await self._discard(repository, [target])
+                    if attempt or not _short_of_memory(exc.message) or not await self._free(key, gpus):
+                        raise
+                    log.warning("loading %s '%s' ran out of memory; loading it again after an unload", self.kind,
+                                target)
+                except BaseException:
+                    await self._discard(repository, [target])
+                    raise
             loading = time.perf_counter() - started
             self.stats.loading.add(loading)
             # The server's own growth, shared among the loads that ran beside this one.
@@ -118,10 +148,13 @@ class ModelCache:
                                 last_used=time.monotonic())
             resident.names = self.repository.served_from(repository) or [target]
             resident.memory = self._measure(resident)
+            self._measure_device(resident, device_before)
         finally:
             self._loading.discard(key)
             self._reserved.pop(key, None)
+            self._reserved_device.pop(key, None)
             self._changed()
+        self._known_device[target] = (resident.gpus, dict(resident.device))
         self._known[target] = resident.memory
         self._overheads.append(max(0, resident.memory - disk))
         if self.memory_limit is not None and resident.memory > self.memory_limit:
@@ -129,6 +162,7 @@ class ModelCache:
             raise InferError(self._too_big(target, resident.memory), Code.INVALID_ARG)
         self.models[key] = resident
         self._by_name[target] = resident
+        self._retries(resident)
         self.policy.admit(target, fetched + loading)  # what a miss on it costs: download, extraction, load
         log.info("loaded %s '%s' (key %s): %s%s", self.kind, target, key, format_size(resident.memory),
                  f", {format_size(self.used())} of {format_size(self.memory_limit)} in use"
@@ -261,8 +295,12 @@ class ModelCache:
 
     def refresh(self) -> None:
         """Measure every loaded model again (workers grow, restart, share pages)."""
+        on_gpus = frozenset().union(*(r.gpus for r in self.models.values()))
+        snapshot = processes(on_gpus) if on_gpus else {}  # one read per device, whatever the models
         for resident in self.models.values():
             resident.memory = self._measure(resident)
+            if resident.gpus:
+                self._measure_device(resident, snapshot=snapshot)
 
     def _measure(self, resident: Resident) -> int:
         pids = [pid for name in resident.names for pid in self._pids(name)]
@@ -273,6 +311,123 @@ class ModelCache:
         if entry is None:
             return []
         return [pid for model in entry.versions.values() for pid in model.loaded.pids()]
+
+    # --- device memory -----------------------------------------------------------------------------------------
+
+    def _device_need(self, target: str, folder: Path, disk: int) -> tuple[frozenset[int], dict[int, int]]:
+        """The GPUs ``target`` will run on and what it is expected to hold on each: as measured at its last load,
+        else its files' size (the weights a GPU model copies there)."""
+        known = self._known_device.get(target)
+        if known is not None:
+            return known[0], dict(known[1])
+        if devices() is None:
+            return frozenset(), {}
+        try:
+            config, _ = load_config(folder, self.repository.options.config_name)
+            config.name = config.name or target
+            fill_instance_groups(config)
+        except InferError:
+            return frozenset(), {}  # its load says what is wrong
+        gpus = frozenset(gpu_instances(config))
+        return gpus, {gpu: disk for gpu in gpus}
+
+    def _measure_device(self, resident: Resident, before: dict[int, int] | None = None,
+                        snapshot: dict[int, dict[int, int] | None] | None = None) -> None:
+        """What ``resident`` holds on its GPUs: its processes' memory there where the driver reports it, else
+        (just loaded: ``before`` is each device's use before the load) the devices' growth during its load."""
+        if not resident.gpus:
+            entry = self.repository.models.get(resident.target)
+            model = entry.latest() if entry is not None else None
+            resident.gpus = frozenset(gpu_instances(model.config)) if model is not None else frozenset()
+        if not resident.gpus:
+            return
+        pids = [pid for name in resident.names for pid in self._pids(name)]
+        held = held_by(pids, resident.gpus, snapshot)
+        if held is not None:
+            resident.device = held
+        elif before is not None:
+            after = used_memory(resident.gpus)
+            beside = max(1, len(self._loading))
+            resident.device = {gpu: max(0, after[gpu] - before.get(gpu, after[gpu])) // beside for gpu in after}
+
+    async def _make_device_room(self, need: dict[int, int], keep: str) -> None:
+        """Unload models on each GPU in ``need`` until its bytes fit under the device's capacity (called with
+        ``_room`` held). Loads in progress count with what they are expected to take; with nothing left to unload
+        there, the load goes ahead and the device (its limit, or an allocation failure) decides."""
+        source = devices()
+        if source is None or not need:
+            return
+        limits = self.repository.options.gpu_limits
+        count = source.count()
+        for gpu, size in sorted(need.items()):
+            if gpu >= count:
+                continue
+            while True:
+                loading = sum(r.get(gpu, 0) for k, r in self._reserved_device.items() if k != keep)
+                used = source.memory(gpu)[0] + loading
+                room = capacity(source, gpu, limits)
+                if used + size <= room:
+                    break
+                victims = [r for r in self.models.values() if r.key != keep and gpu in r.gpus
+                           and r.target not in self._waiting and r.key not in self._retrying]
+                if not victims:
+                    if loading or any(m for _, m in self._leaving.values()):
+                        await self._room.wait()  # a load or an unload in progress changes the picture
+                        continue
+                    return
+                victim = min(victims, key=lambda r: (self._busy(r), self.policy.priority(r.target,
+                                                                                         r.device.get(gpu, 0))))
+                log.info("evicting '%s' (%s on GPU %d, %s) to fit %s there under %s", victim.target,
+                         format_size(victim.device.get(gpu, 0)), gpu, self.policy.describes, format_size(size),
+                         format_size(room))
+                await self._evict(victim)
+
+    async def _evict(self, victim: Resident) -> None:
+        await self._unload(victim)
+        self.stats.evictions += 1
+        self.stats.last_evicted = [*self.stats.last_evicted[-19:], (time.time(), victim.target)]
+
+    async def _free(self, keep: str, gpus: frozenset[int]) -> bool:
+        """After an out-of-memory failure of ``keep``'s model: unload the least valuable other resident model, one
+        on the same GPUs where it has any; True once one is gone. Failures at the same moment share one unload."""
+        if self._freeing is not None:
+            return bool(await asyncio.shield(self._freeing))
+        self._freeing = asyncio.get_running_loop().create_future()
+        freed = False
+        try:
+            async with self._room:
+                victims = [r for r in self.models.values() if r.key != keep and r.target not in self._waiting
+                           and r.key not in self._retrying and (not gpus or r.gpus & gpus)]
+                if victims:
+                    victim = min(victims, key=lambda r: (self._busy(r), self.policy.priority(r.target, r.memory)))
+                    log.info("evicting '%s' (%s) after an out-of-memory failure", victim.target,
+                             self.policy.describes)
+                    await self._evict(victim)
+                    freed = True
+        finally:
+            self._freeing.set_result(freed)
+            self._freeing = None
+        return freed
+
+    def _retries(self, resident: Resident) -> None:
+        """Executions of ``resident``'s models that fail out of memory free memory (``_free``) and run again."""
+        free = partial(self._free_for, resident)
+        for name in resident.names:
+            entry = self.repository.models.get(name)
+            for model in entry.versions.values() if entry is not None else ():
+                model.free_memory = free
+
+    async def _free_for(self, resident: Resident) -> bool:
+        key = resident.key
+        if key not in self.models:  # being unloaded itself (perhaps to make room for another)
+            return False
+        self._retrying[key] = self._retrying.get(key, 0) + 1
+        try:
+            return await self._free(key, resident.gpus)
+        finally:
+            self._retrying[key] -= 1
+            if not self._retrying[key]:
+                del self._retrying[key]
 
     def _overhead(self) -> int:
         """What a model took beyond its files so far (interpreter, libraries): the guess for an unknown one."""
@@ -291,7 +446,7 @@ class ModelCache:
             return
         self.refresh()
         while self._committed() + need > self.memory_limit:
-            victims = [r for r in self.models.values() if r.key != keep]
+            victims = [r for r in self.models.values() if r.key != keep and r.key not in self._retrying]
             held = [r for r in victims if r.target in self._waiting]  # just loaded: its requests go first
             victims = [r for r in victims if r.target not in self._waiting]
             if not victims:
@@ -306,9 +461,7 @@ class ModelCache:
             log.info("evicting '%s' (%s, %s) to fit %s under the limit of %s", victim.target,
                      format_size(victim.memory), self.policy.describes, format_size(need),
                      format_size(self.memory_limit))
-            await self._unload(victim)
-            self.stats.evictions += 1
-            self.stats.last_evicted = [*self.stats.last_evicted[-19:], (time.time(), victim.target)]
+            await self._evict(victim)
 
     def _busy(self, resident: Resident) -> bool:
         return any(m.in_flight for name in resident.names
@@ -341,6 +494,11 @@ class ModelCache:
             await self.control.unload_model(name, unload_dependents=True)
         await self.control.settle()
         self.repository.unregister(repository, missing_ok=True)
+
+
+def _short_of_memory(message: str) -> bool:
+    """A load that failed for want of device memory: an allocation failure, or over --model-load-gpu-limit."""
+    return out_of_memory(message) or "has exceeded, model loading is rejected" in message
 
 
 def _on_thread(call: Callable[[], T]) -> asyncio.Future[T]:

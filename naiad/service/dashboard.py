@@ -3,7 +3,8 @@ assembles it; the dashboard's routes only serve it).
 
 Everything here is read from the objects the service holds: the repository index (states and
 failure reasons), each version's ``ModelStats`` (totals) and the watcher's per-second figures, each version's
-instances, and SageMaker's residency in multi-model mode. Built at most twice a second however many pages poll.
+instances, SageMaker's residency in multi-model mode, and the GPUs where there are any. Built at most twice a second
+however many pages poll.
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ from typing import Any
 
 import psutil
 
+from naiad.core.devices import devices
 from naiad.core.stats import ModelStats
 from naiad.repository.manager import ModelRepository
 from naiad.repository.model import ModelVersion
@@ -25,6 +27,16 @@ def process() -> dict[str, Any]:
     """The serving process's own figures."""
     me = psutil.Process()
     return {"pid": me.pid, "rss": me.memory_info().rss, "uptime_s": round(time.time() - me.create_time(), 1)}
+
+
+def gpus() -> list[dict[str, Any]] | None:
+    """Each GPU's utilization, memory and power as NVML reports them now; None on a host without any."""
+    source = devices()
+    if source is None:
+        return None
+    return [{"index": r.index, "uuid": r.uuid, "name": r.name, "utilization": r.utilization,
+             "memory_used": r.memory_used, "memory_total": r.memory_total, "power_usage": r.power_usage,
+             "power_limit": r.power_limit} for r in source.readings()] or None
 
 
 def models(repository: ModelRepository, index: list[dict[str, str]], watcher: Watcher) -> list[dict[str, Any]]:
@@ -115,7 +127,8 @@ def residency_summary(repository: ModelRepository, residency: Residency | None) 
         # As measured at each load and before each eviction: the figure evictions are decided on.
         "used": residency.used(),
         "models": [{"key": r.key, "model": r.target, "memory": r.memory, "idle_s": round(now - r.last_used, 1),
-                    "url": r.url, "ready": repository.is_ready(r.target)}
+                    "url": r.url, "ready": repository.is_ready(r.target),
+                    "device": {str(gpu): size for gpu, size in sorted(r.device.items())}}
                    for r in sorted(residency.models.values(), key=lambda r: r.target)],
         "cache_hits": stats.cache_hits,
         "cache_misses": stats.cache_misses,

@@ -29,6 +29,7 @@ from naiad.repository.manager import ModelRepository
 from naiad.repository.model import ModelVersion
 from naiad.sagemaker.counters import EndpointStats
 from naiad.sagemaker.residency import Residency
+from naiad.service.dashboard import gpus as gpu_figures
 from naiad.service.dashboard import models as dashboard_models
 from naiad.service.dashboard import process as process_figures
 from naiad.service.dashboard import residency_summary
@@ -414,4 +415,5 @@ class Service:
             },
             "models": dashboard_models(self.repository, index, watcher),
             "mme": residency_summary(self.repository, self.residency),
+            "gpus": gpu_figures(),
         }

@@ -2,7 +2,8 @@
 
 Per model version the numbers come straight from ``ModelStats`` (what ``/v2/models/<m>/stats`` serves), read
 through ``Service.model_metrics``, so the two agree by construction; durations are its nanoseconds in whole
-microseconds. Server CPU and memory are sampled every ``--metrics-interval-ms`` like Triton's, since utilization is a rate over an interval.
+microseconds. Server CPU and memory, and each GPU's figures (``naiad.core.devices``), are sampled every
+``--metrics-interval-ms`` like Triton's, since utilization is a rate over an interval.
 
 Other collectors join the same default ``REGISTRY``: the response cache's ``nv_cache_*`` families and the
 ``pb_utils.MetricFamily`` custom metrics register themselves there (see ``register``).
@@ -16,6 +17,7 @@ import psutil
 from prometheus_client.core import GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
+from naiad.core.devices import Devices, Reading
 from naiad.core.stats import FAILURE_REASONS
 from naiad.frontends.metrics.options import MetricsOptions
 from naiad.service import Service
@@ -142,3 +144,48 @@ class CpuCollector(Collector):
         # Triton's "used" is MemTotal - MemAvailable.
         yield GaugeMetricFamily("nv_cpu_memory_used_bytes", "CPU used memory (RAM), in bytes",
                                 value=memory.total - memory.available)
+
+
+# Triton 2.51's GPU families (metrics.cc), each labelled gpu_uuid: name -> (help, Reading field).
+_GPU_GAUGES = {
+    "nv_gpu_utilization": ("GPU utilization rate [0.0 - 1.0)", "utilization"),
+    "nv_gpu_memory_total_bytes": ("GPU total memory, in bytes", "memory_total"),
+    "nv_gpu_memory_used_bytes": ("GPU used memory, in bytes", "memory_used"),
+    "nv_gpu_power_usage": ("GPU power usage in watts", "power_usage"),
+    "nv_gpu_power_limit": ("GPU power management limit in watts", "power_limit"),
+}
+_ENERGY = ("nv_energy_consumption", "GPU energy consumption in joules since the Triton Server started")
+
+
+class GpuCollector(Collector):
+    """Each GPU's figures as of the last sample; energy counts from the first sample, as Triton's does. A figure
+    the device does not report has no sample."""
+
+    def __init__(self, devices: Devices) -> None:
+        self.devices = devices
+        self.readings: list[Reading] = []
+        self._energy_start: dict[str, float] = {}
+
+    def sample(self) -> None:
+        """Reads NVML (a few calls per device): the metrics service runs it off the event loop."""
+        readings = self.devices.readings()
+        for reading in readings:
+            if reading.energy is not None:
+                self._energy_start.setdefault(reading.uuid, reading.energy)
+        self.readings = readings
+
+    def collect(self) -> Iterator[Metric]:
+        readings = self.readings
+        for name, (help, field) in _GPU_GAUGES.items():
+            family = GaugeMetricFamily(name, help, labels=["gpu_uuid"])
+            for reading in readings:
+                value = getattr(reading, field)
+                if value is not None:
+                    family.add_metric([reading.uuid], value)
+            yield family
+        energy = _counter(*_ENERGY)
+        for reading in readings:
+            if reading.energy is not None:
+                start = self._energy_start.get(reading.uuid, reading.energy)
+                energy.add_sample(_ENERGY[0], {"gpu_uuid": reading.uuid}, max(0.0, reading.energy - start))
+        yield energy

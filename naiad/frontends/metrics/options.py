@@ -17,6 +17,7 @@ class MetricsOptions:
     port: int = 8002
     interval_ms: float = 2000.0
     cpu: bool = True
+    gpu: bool = True  # nv_gpu_* and nv_energy_consumption, where NVML finds a GPU
     counter_latencies: bool = True  # nv_inference_*_duration_us
     summary_latencies: bool = False  # nv_inference_*_summary_us
     summary_quantiles: list[float] = field(default_factory=lambda: parse_quantiles(DEFAULT_QUANTILES))
@@ -52,11 +53,12 @@ def add_arguments(parser: argparse.ArgumentParser, flag: Callable[..., None]) ->
     defaults = MetricsOptions()
     flag(parser, "--allow-metrics", True, "serve Prometheus metrics on the metrics port")
     flag(parser, "--allow-cpu-metrics", True, "report CPU utilization and memory")
-    flag(parser, "--allow-gpu-metrics", False, "accepted for Triton compatibility; naiad reports no GPU metrics")
+    flag(parser, "--allow-gpu-metrics", True, "report each GPU's utilization, memory, power and energy (read through "
+                                              "NVML, where a GPU exists)")
     parser.add_argument("--metrics-address", default=defaults.address, help="address the metrics server binds")
     parser.add_argument("--metrics-port", type=int, default=defaults.port, help="Prometheus metrics port")
     parser.add_argument("--metrics-interval-ms", type=float, default=defaults.interval_ms,
-                        help="how often CPU utilization is sampled")
+                        help="how often CPU and GPU figures are sampled")
     parser.add_argument("--metrics-config", action="append", default=[], metavar="<setting>=<value>",
                         help="counter_latencies=false drops the nv_inference_*_duration_us counters; "
                              "summary_latencies=true adds nv_inference_*_summary_us summaries over the last 60 s, "
@@ -67,7 +69,8 @@ def from_args(args: argparse.Namespace) -> MetricsOptions:
     """Raises ``ValueError`` for a malformed ``--metrics-config``; settings naiad does not know are ignored,
     as Triton ignores them."""
     options = MetricsOptions(enabled=args.allow_metrics, address=args.metrics_address, port=args.metrics_port,
-                             interval_ms=args.metrics_interval_ms, cpu=args.allow_cpu_metrics)
+                             interval_ms=args.metrics_interval_ms, cpu=args.allow_cpu_metrics,
+                             gpu=args.allow_gpu_metrics)
     for setting in args.metrics_config:
         key, sep, value = setting.partition("=")
         if not sep:

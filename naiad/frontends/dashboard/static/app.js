@@ -248,7 +248,58 @@ function renderInstances(doc) {
     });
 }
 
-const RESIDENT_CELLS = ["name", "key", "mem num", "idle num", "state", "action"];
+// A share of 0..1 as a bar with its text beside it.
+function meter(td, share, text) {
+  let bar = td.querySelector("svg");
+  if (!bar) {
+    bar = document.createElementNS(SVG, "svg");
+    bar.setAttribute("width", "120");
+    bar.setAttribute("height", "10");
+    bar.setAttribute("class", "meter");
+    for (const cls of ["track", "fill"]) {
+      const rect = document.createElementNS(SVG, "rect");
+      for (const [k, v] of [["x", 0], ["y", 0], ["height", 10], ["rx", 2]]) rect.setAttribute(k, v);
+      rect.setAttribute("width", cls === "track" ? "120" : "0");
+      rect.setAttribute("class", cls);
+      bar.appendChild(rect);
+    }
+    td.appendChild(bar);
+    td.appendChild(document.createElement("span"));
+  }
+  const known = share !== null && share !== undefined;
+  const fill = bar.lastChild;
+  fill.setAttribute("width", String(Math.round(120 * (known ? Math.min(1, share) : 0))));
+  fill.classList.toggle("high", known && share > 0.9);
+  td.lastChild.textContent = text;
+}
+
+const GPU_CELLS = ["index", "gpu-name", "util", "gpu-mem", "power num"];
+
+function renderGpus(doc) {
+  const gpus = doc.gpus;
+  $("gpus").hidden = !gpus;
+  if (!gpus) return;
+  sync($("gpu-table").tBodies[0], gpus, (g) => g.uuid || String(g.index),
+    (tr) => cells(tr, GPU_CELLS),
+    (tr, g) => {
+      set(tr, "index", g.index, g.uuid);
+      set(tr, "gpu-name", g.name);
+      const util = g.utilization;
+      meter(tr.querySelector(".util"), util, util === null ? "–" : Math.round(util * 100) + " %");
+      const share = g.memory_total ? g.memory_used / g.memory_total : null;
+      meter(tr.querySelector(".gpu-mem"), share, `${bytes(g.memory_used)} of ${bytes(g.memory_total)}`);
+      set(tr, "power", g.power_usage === null ? "–" :
+        `${g.power_usage.toFixed(0)} W` + (g.power_limit ? ` of ${g.power_limit.toFixed(0)} W` : ""));
+    });
+}
+
+// GPU -> bytes, as "GPU 0: 1.2 GiB".
+function devices(held) {
+  const parts = Object.entries(held || {}).map(([gpu, size]) => `GPU ${gpu}: ${bytes(size)}`);
+  return parts.length ? parts.join(", ") : "–";
+}
+
+const RESIDENT_CELLS = ["name", "key", "mem num", "device num", "idle num", "state", "action"];
 
 function renderResidency(doc) {
   const mme = doc.mme;
@@ -286,6 +337,7 @@ function renderResidency(doc) {
       set(tr, "name", r.model, r.url);
       set(tr, "key", r.key);
       set(tr, "mem", bytes(r.memory));
+      set(tr, "device", devices(r.device));
       set(tr, "idle", duration(r.idle_s));
       pill(tr, r.ready ? "ready" : "not ready", r.ready ? "ok" : "busy");
     });
@@ -302,6 +354,7 @@ function renderResidency(doc) {
 function render(doc) {
   actions = doc.actions;
   renderServer(doc);
+  renderGpus(doc);
   renderModels(doc);
   renderInstances(doc);
   renderResidency(doc);
