@@ -26,15 +26,18 @@ _DEFAULT_CPU_INSTANCE_COUNT = 2
 
 @lru_cache(maxsize=1)
 def gpu_ids() -> frozenset[int]:
-    """The device ids naiad can place instances on: the NVIDIA driver lists one folder per GPU. NAIAD_GPUS
-    ("0,1", or "" for none) overrides what the driver says, e.g. to keep a server off the GPUs; simulated devices
-    (a testing aid, ``naiad.core.devices``) stand in for the driver's."""
+    """The device ids naiad can place instances on, numbered as CUDA numbers them: NVML's devices (following
+    CUDA_VISIBLE_DEVICES), or the NVIDIA driver's folder per GPU where NVML can't answer. NAIAD_GPUS ("0,1", or ""
+    for none) overrides both, e.g. to keep a server off the GPUs; simulated devices (a testing aid,
+    ``naiad.core.devices``) stand in for NVML's."""
     override = os.environ.get("NAIAD_GPUS")
     if override is not None:
         return frozenset(int(g) for g in override.split(",") if g.strip())
+    found = devices()
+    if found is not None:
+        return frozenset(range(found.count()))
     if os.environ.get(SIMULATED_ENV):
-        found = devices()
-        return frozenset(range(found.count() if found is not None else 0))
+        return frozenset()
     try:
         return frozenset(range(len(os.listdir("/proc/driver/nvidia/gpus"))))
     except OSError:
