@@ -74,6 +74,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--rounds", type=int, default=1, help="rounds; the table shows each case's median")
     parser.add_argument("--roots", default=str(ROOT), help="comma-separated checkouts to serve (default: this one)")
     parser.add_argument("--busy", type=int, default=0, help="spinning processes to run meanwhile (default 0)")
+    parser.add_argument("--backend", default="identity",
+                        help="identity (a framework model's path) or python (a model.py that sleeps in its worker)")
     args = parser.parse_args(argv)
     spinners = [subprocess.Popen([sys.executable, "-c", "while True: pass"]) for _ in range(args.busy)]
     try:
@@ -91,7 +93,7 @@ def _run(args: argparse.Namespace) -> int:
     with tempfile.TemporaryDirectory() as tmp:
         repo = Path(tmp)
         for b, n in cases:
-            write_simulated(repo, f"sim_b{b}_i{n}", b, n, args.delay_ms)
+            write_simulated(repo, f"sim_b{b}_i{n}", b, n, args.delay_ms, backend=args.backend)
         for round_ in range(args.rounds):
             for root in roots:
                 proc, http_port, grpc_port = _serve(root, repo)
@@ -112,7 +114,8 @@ def _run(args: argparse.Namespace) -> int:
                 finally:
                     proc.terminate()
                     proc.wait(30)
-    print(f"T = {args.delay_ms} ms per execution; {args.in_flight} batches in flight per instance; gRPC; "
+    print(f"{args.backend} backend; T = {args.delay_ms} ms per execution; {args.in_flight} batches in flight per "
+          "instance; gRPC; "
           f"{args.busy} spinning processes; median of {args.rounds} round(s)")
     print(f"{'checkout':<24} {'max_batch':>9} {'inst':>4} {'items/s':>9} {'bound':>7} {'ratio':>6} "
           f"{'mean batch':>10} {'exec/s/inst':>11}")

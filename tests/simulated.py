@@ -1,6 +1,7 @@
 """The simulated accelerator: Triton's ``identity`` backend with ``execute_delay_ms``, each execution taking that
 long whatever its batch size, and a tritonclient load that keeps it fed. Shared by
-tests/scheduling/test_overlap.py and benchmarks/simulated_accelerator.py.
+tests/scheduling/test_overlap.py and benchmarks/simulated_accelerator.py. The same model as a Python-backend
+``model.py`` (``backend="python"``: it sleeps once per execute, in its worker process) measures that path.
 
 Its bound is ``instances * max_batch_size / delay``: every execution full, and the next one starting the moment
 the previous one ends.
@@ -17,14 +18,36 @@ import numpy as np
 WIDTH = 16  # FP32 items per request row; small, so the wire costs little next to the delay
 
 
+PYTHON_MODEL = """
+import time
+
+import triton_python_backend_utils as pb_utils
+
+
+class TritonPythonModel:
+    def initialize(self, args):
+        import json
+
+        config = json.loads(args["model_config"])
+        self.delay = int(config["parameters"]["execute_delay_ms"]["string_value"]) / 1000
+
+    def execute(self, requests):
+        time.sleep(self.delay)  # once per execution, whatever its size
+        return [pb_utils.InferenceResponse([pb_utils.Tensor("OUTPUT0", r.inputs()[0].as_numpy())])
+                for r in requests]
+"""
+
+
 def write_simulated(repo: Path, name: str, max_batch_size: int, instances: int, delay_ms: int,
-                    queue_delay_us: int = 0) -> Path:
+                    queue_delay_us: int = 0, backend: str = "identity") -> Path:
     folder = repo / name
     (folder / "1").mkdir(parents=True, exist_ok=True)
+    if backend == "python":
+        (folder / "1" / "model.py").write_text(PYTHON_MODEL)
     batcher = f"dynamic_batching {{ max_queue_delay_microseconds: {queue_delay_us} }}"
     (folder / "config.pbtxt").write_text(f"""
 name: "{name}"
-backend: "identity"
+backend: "{backend}"
 max_batch_size: {max_batch_size}
 {batcher}
 instance_group [{{ count: {instances}, kind: KIND_CPU }}]
