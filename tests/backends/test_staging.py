@@ -80,3 +80,36 @@ def test_a_cpu_instance_takes_the_plain_path_and_staging_answers_the_same(tmp_pa
         assert instance.staging.allocations == 4  # the second execution reused them all
     finally:
         version.unload()
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+def test_gpu_instances_run_on_their_own_streams_from_pinned_buffers(tmp_path: Path) -> None:
+    from naiad.backends.pytorch.backend import TorchVersion
+
+    tm.save(tm.AddSub(), tmp_path / "1" / "model.pt")
+    config = parse_config_text("""
+        name: "add_sub"
+        platform: "pytorch_libtorch"
+        max_batch_size: 8
+        instance_group [{ count: 2, kind: KIND_GPU, gpus: [ 0 ] }]
+        input [{ name: "INPUT0", data_type: TYPE_FP32, dims: [ 4 ] }, { name: "INPUT1", data_type: TYPE_FP32, dims: [ 4 ] }]
+        output [{ name: "OUTPUT__0", data_type: TYPE_FP32, dims: [ 4 ] }, { name: "OUTPUT__1", data_type: TYPE_FP32, dims: [ 4 ] }]
+    """)
+    fill_defaults(config, "add_sub")
+    version = TorchVersion(VersionContext("add_sub", 1, config, "{}", tmp_path, tmp_path / "1"))
+    try:
+        first, second = version.instances
+        default = torch.cuda.default_stream(first.device)
+        assert first.stream is not None and second.stream is not None
+        assert len({first.stream.cuda_stream, second.stream.cuda_stream, default.cuda_stream}) == 3
+        assert first.staging is not None and first.staging.pin
+        a = np.arange(8, dtype=np.float32).reshape(2, 4)
+        b = np.ones((2, 4), dtype=np.float32)
+        out = first.run({"INPUT0": a, "INPUT1": b})
+        np.testing.assert_array_equal(out["OUTPUT__0"], a + b)
+        again = first.run({"INPUT0": a * 2, "INPUT1": b})  # the same pinned buffers, a new answer
+        np.testing.assert_array_equal(out["OUTPUT__0"], a + b)  # the first answer kept its own copy
+        np.testing.assert_array_equal(again["OUTPUT__1"], a * 2 - b)
+        assert first.staging.allocations == 4
+    finally:
+        version.unload()
