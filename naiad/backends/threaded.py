@@ -2,8 +2,8 @@
 
 The frameworks release the GIL while they compute, so each instance gets one worker thread and the event
 loop only hands it the requests of an execution: several instances run in parallel, and the loop keeps
-serving while a model computes. ``execute`` returns the executor's future, which the scheduler awaits
-without a task of its own.
+serving while a model computes. Schedulers ``submit``: the thread calls the scheduler back on the loop when
+done, with no future or task in between (``execute`` returns a future, for other callers).
 
 A model that computes faster than the hop to its thread and back costs (measured here: ~70 us of latency and
 most of the throughput on one core) runs inline on the event loop instead: each instance keeps a moving
