@@ -86,6 +86,10 @@ class Instance(abc.ABC):
     # on the event loop: the scheduler then completes from the backend's own callback, with no future and no
     # extra trip through the loop per execution.
     submit: Callable[[list[InferRequest], Callable[[Execution], None]], None] | None = None
+    # Executions the instance may hold at once: one running, the others waiting to start the moment it ends
+    # (on the instance's own thread or process, with no trip through the event loop between them). The dynamic
+    # batcher hands a busy instance a batch only when that batch can no longer grow.
+    depth: int = 1
 
     @abc.abstractmethod
     def execute(self, requests: list[InferRequest]) -> ExecuteResult: ...

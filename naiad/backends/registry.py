@@ -13,6 +13,7 @@ _BACKENDS: dict[str, str] = {
     "onnxruntime": "naiad.backends.onnxruntime.backend:OnnxBackend",
     "pytorch": "naiad.backends.pytorch.backend:TorchBackend",
     "tensorrt": "naiad.backends.tensorrt.backend:TensorRTBackend",
+    "identity": "naiad.backends.identity:IdentityBackend",  # Triton's test backend: a simulated accelerator
 }
 # The pyproject extra that brings each optional framework.
 _EXTRAS = {"pytorch": "torch", "onnxruntime": "onnxruntime"}

@@ -2,8 +2,8 @@
 
 The frameworks release the GIL while they compute, so each instance gets one worker thread and the event
 loop only hands it the requests of an execution: several instances run in parallel, and the loop keeps
-serving while a model computes. ``execute`` returns the executor's future, which the scheduler awaits
-without a task of its own.
+serving while a model computes. Schedulers ``submit``: the thread calls the scheduler back on the loop when
+done, with no future or task in between (``execute`` returns a future, for other callers).
 
 A model that computes faster than the hop to its thread and back costs (measured here: ~70 us of latency and
 most of the throughput on one core) runs inline on the event loop instead: each instance keeps a moving
@@ -13,6 +13,12 @@ blocks the loop at most once in a row.
 
 For a model with a batch dimension the requests of an execution run as one batch: inputs are joined along
 dimension 0 and outputs split back by each request's batch size (views, not copies).
+
+Overlap: an instance holds up to ``depth`` (2) executions, one running and one waiting on its thread, so the
+next batch starts the moment the previous one returns, with no trip through the event loop in between (on a busy
+2-core box that trip, two thread wake-ups and the replies cost ~5 ms per execution: a fifth of a 20 ms batch).
+Meanwhile the loop sends the finished batch's replies and the dynamic batcher forms the one after. The dynamic
+batcher hands a busy instance only a batch that can no longer grow (``naiad.scheduling.dynamic``).
 """
 
 from __future__ import annotations
@@ -20,13 +26,14 @@ from __future__ import annotations
 import abc
 import asyncio
 import time
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 
 from naiad.backends.base import ExecuteResult, Execution, Instance
 from naiad.config import ModelConfig
-from naiad.core.errors import InferError, internal
+from naiad.core.errors import Code, InferError, internal
 from naiad.core.request import InferRequest, InferResponse
 
 # Inference shorter than this (moving average) runs inline; the thread hop costs more than it saves.
@@ -35,6 +42,8 @@ INLINE_BELOW_NS = 100_000
 _WARMUP_RUNS = 8
 
 class ThreadedInstance(Instance):
+    depth = 2  # one execution running on the thread, one waiting behind it
+
     def __init__(self, name: str, model_name: str, version: int, config: ModelConfig) -> None:
         self.name = name
         self.model_name = model_name
@@ -44,19 +53,61 @@ class ThreadedInstance(Instance):
         # A scalar the framework returns for an output the config gives dims (e.g. [1]) takes those dims.
         self.output_dims = {o.name: tuple(o.dims) for o in config.output}
         self._executor = ThreadPoolExecutor(1, thread_name_prefix=f"naiad-{name}")
-        # Only one execution per instance runs at a time (the scheduler holds the instance), so these need no lock.
+        # Executions run one at a time, on the thread or (while none is held there) inline: these need no lock.
         self._runs = 0
         self._average_ns = float(INLINE_BELOW_NS)
         self.inline = False
+        self._held = 0  # executions handed to the thread and not yet completed on the loop
 
     @abc.abstractmethod
     def run(self, inputs: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
         """Run the model once on a full batch; called on the instance's thread. Raise InferError to fail it."""
 
     def execute(self, requests: list[InferRequest]) -> ExecuteResult:
-        if self.inline:
+        if self.inline and not self._held:
             return self._execute(requests)
-        return asyncio.get_running_loop().run_in_executor(self._executor, self._execute, requests)
+        self._held += 1
+        future = asyncio.get_running_loop().run_in_executor(self._executor, self._started, requests)
+        future.add_done_callback(self._release)
+        return future
+
+    def _release(self, _: object) -> None:
+        self._held -= 1
+
+    def submit(self, requests: list[InferRequest], done: Callable[[Execution], None]) -> None:
+        """Run ``requests`` and call ``done`` with the outcome on the loop, straight from the thread's callback
+        (no future); several may be submitted at once: they queue on the thread and run back to back."""
+        if self.inline and not self._held:  # never beside a run on the thread: the model runs one at a time
+            done(self._execute(requests))
+            return
+        self._executor.submit(self._run_and_reply, requests, done, asyncio.get_running_loop())
+        self._held += 1  # (its completion comes through the loop, so after this line)
+
+    def _run_and_reply(self, requests: list[InferRequest], done: Callable[[Execution], None],
+                       loop: asyncio.AbstractEventLoop) -> None:
+        try:
+            execution = self._started(requests)
+        except BaseException as exc:  # noqa: BLE001  (a bug here must not strand the requests)
+            execution = Execution([self._error(r, exc) for r in requests], failed=True)
+        try:
+            loop.call_soon_threadsafe(self._complete, done, execution)
+        except RuntimeError:
+            pass  # the loop is closed: the server is gone, and nobody waits for the answer
+
+    def _complete(self, done: Callable[[Execution], None], execution: Execution) -> None:
+        self._held -= 1
+        done(execution)
+
+    def _started(self, requests: list[InferRequest]) -> Execution:
+        """An execution on the thread, which may have waited there behind another: that wait is queue time, and
+        requests whose clients all left meanwhile don't run."""
+        started = time.perf_counter_ns()
+        if all(r.cancelled for r in requests):
+            error = InferError("Request was cancelled", Code.CANCELLED)
+            return Execution([self._error(r, error) for r in requests], failed="CANCELED")
+        execution = self._execute(requests)
+        execution.started_ns = started
+        return execution
 
     def _execute(self, requests: list[InferRequest]) -> Execution:
         execution = self._execute_batch(requests) if self.batching and len(requests) > 1 else self._each(requests)

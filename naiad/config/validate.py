@@ -8,7 +8,7 @@ from naiad.config.scheduling import validate_batching, validate_instance_groups
 from naiad.core.datatypes import WILDCARD, fixed_size, wildcard_count
 from naiad.core.errors import InferError, invalid
 
-KNOWN_BACKENDS = set(DEFAULT_FILENAMES) | {"ensemble"}
+KNOWN_BACKENDS = set(DEFAULT_FILENAMES) | {"ensemble", "identity"}  # identity: Triton's test backend, no file
 KNOWN_PLATFORMS = {
     "onnxruntime_onnx",
     "pytorch_libtorch",

@@ -10,6 +10,13 @@ otherwise wait for more, at most until that delay (or the nearest request timeou
 Batch formation runs once per event-loop turn rather than per request (``call_soon``), so the requests that
 arrived together are batched together even when the model answers inline. Each batch runs on a free instance;
 instances run in parallel. With ``preserve_ordering`` responses leave in the order their batches were formed.
+
+Overlap, as Triton's batcher prefetches payloads while every instance is busy: an instance that can hold a second
+execution (``Instance.depth``, e.g. a framework model on its own thread) is handed the next batch while it runs
+one, so that batch starts the moment the running one ends. Triton keeps growing such a payload until an instance
+picks it up; a batch handed over here can't grow, so a busy instance gets one only once it is full (the largest
+preferred size, or the next request can't join it). Anything less waits for an idle instance, under the usual
+rules (queue delay, preferred sizes, priorities, timeouts), and batches are never smaller than without overlap.
 """
 
 from __future__ import annotations
@@ -65,13 +72,14 @@ class DynamicBatcher:
                  limiter: RateLimiter | None = None) -> None:
         batching = config.dynamic_batching
         self._stats = stats
-        self._pool = InstancePool(instances, limiter, self._wake)
+        self._pool = InstancePool(instances, limiter, self._wake, overlap=True)
         self._queue = PriorityQueue(config)
         self._max_batch = max(config.max_batch_size, 1)
         self._preferred = frozenset(batching.preferred_batch_size)
         self._max_preferred = max(self._preferred, default=0)
         self._delay_ns = batching.max_queue_delay_microseconds * 1000
         self._key = BatchKey(config)
+        self._items = 0  # queued batch size in all, so a busy instance's pass skips the scan while it can't fill
         self._loop: asyncio.AbstractEventLoop | None = None
         self._soon = False  # a formation pass is already scheduled for this loop turn
         self._forming = False
@@ -94,7 +102,8 @@ class DynamicBatcher:
 
     def enqueue(self, request: InferRequest, done: Done) -> None:
         self._queue.push(request, done, request.arrival_ns)  # raises for a full queue: nothing was queued
-        if not self._soon and self._pool:
+        self._items += request.batch_size or 1
+        if not self._soon and (self._pool or self._pool.room):
             self._soon = True
             if self._loop is None:
                 self._loop = asyncio.get_running_loop()
@@ -113,28 +122,40 @@ class DynamicBatcher:
         if self._forming:  # an inline execution finished inside the loop below, which carries on
             return
         self._forming = True
+        pool = self._pool
         try:
-            while self._queue.size and self._pool:
-                entries, wait_ns = self._form()
-                if not entries:
-                    if wait_ns:
-                        self._arm(wait_ns)
-                    return
-                instance = self._pool.take()
-                if instance is None:  # the rate limiter refused: put the batch back in front, in order
-                    self._requeue(entries)
+            while self._queue.size:
+                if pool:
+                    entries, wait_ns = self._form()
+                    if not entries:
+                        if wait_ns:
+                            self._arm(wait_ns)
+                        return
+                    instance = pool.take()
+                    if instance is None:  # the rate limiter refused: put the batch back in front, in order
+                        self._requeue(entries)
+                        return
+                elif pool.room and self._items >= self._max_preferred:
+                    entries, _ = self._form(full_only=True)
+                    if not entries:
+                        return
+                    instance = pool.take_busy()
+                else:
                     return
                 self._dispatch(instance, entries)
         finally:
             self._forming = False
 
-    def _form(self) -> tuple[list[Entry], int]:
-        """Triton's GetDynamicBatch for a free instance: the entries to run now, or none and how long to wait."""
+    def _form(self, full_only: bool = False) -> tuple[list[Entry], int]:
+        """Triton's GetDynamicBatch for a free instance: the entries to run now, or none and how long to wait.
+        ``full_only``: for a busy instance, only a batch that can't grow any more (else none, and no wait)."""
         now = now_ns()
         expired: list[Entry] = []
         count = 0
         size = 0
         best = 0  # entries in the best batch found so far (a preferred size, or the last fit under the largest)
+        best_size = 0
+        cut = False  # the request after the best batch would pass the largest preferred size
         send_now = False
         key_of = self._key if self._key.active else None
         first_key = None
@@ -148,7 +169,7 @@ class DynamicBatcher:
                     first_key = key_of(entry.request)
             else:
                 if size + batch_size > max_preferred and best == 0:
-                    best = count
+                    best, best_size, cut = count, size, True
                 if size + batch_size > max_batch:
                     send_now = True
                     break
@@ -158,18 +179,24 @@ class DynamicBatcher:
             count += 1
             size += batch_size
             if size in preferred:
-                best = count
+                best, best_size = count, size
         if expired:
             self._reject(expired)
         if count == 0:
+            return [], 0
+        if full_only:
+            if best and (cut or best_size >= max_preferred):
+                return self._take(best, best_size), 0
+            if not best and (send_now or size >= max_preferred):
+                return self._take(count, size), 0
             return [], 0
         delay_ns = self._delay_ns
         waited = now - self._queue.oldest_arrival()
         delay_exceeded = delay_ns != 0 and waited >= delay_ns
         if best and not delay_exceeded:
-            return self._queue.take(best), 0
+            return self._take(best, best_size), 0
         if send_now or size >= max_preferred or delay_exceeded or delay_ns == 0:
-            return self._queue.take(count), 0
+            return self._take(count, size), 0
         wait = delay_ns - waited
         if self._queue.timeouts:
             deadline = self._queue.closest_deadline()
@@ -177,10 +204,15 @@ class DynamicBatcher:
                 wait = min(wait, max(deadline - now, 1000))
         return [], wait
 
+    def _take(self, count: int, size: int) -> list[Entry]:
+        self._items -= size
+        return self._queue.take(count)
+
     def _requeue(self, entries: list[Entry]) -> None:
         for entry in reversed(entries):
             queue = self._queue.queues[self._queue.level_of(entry.request)]
             queue.items.appendleft(entry)
+            self._items += entry.request.batch_size or 1
         self._queue.size += len(entries)
 
     def _arm(self, wait_ns: int) -> None:
@@ -200,6 +232,7 @@ class DynamicBatcher:
     def _reject(self, expired: list[Entry]) -> None:
         for entry in expired:
             request = entry.request
+            self._items -= request.batch_size or 1
             error = unavailable("Request timeout expired")
             entry.done(request, InferResponse(request.model_name, "", request.id, error=error), "REJECTED")
 

@@ -125,14 +125,21 @@ def _log_failure(requests: list[InferRequest], result: Execution) -> None:
 
 class InstancePool:
     """The instances free to take work. With a rate limiter an instance is only handed out once its group's
-    resources are granted; ``wake`` is called when a refused instance may now be granted."""
+    resources are granted; ``wake`` is called when a refused instance may now be granted.
+
+    With ``overlap`` (and no rate limiter, whose resources an instance holds while it executes), an instance of
+    ``depth`` > 1 that is busy may also take more executions: ``room`` lists those, the one handed work longest ago
+    (the likeliest to finish first) in front."""
 
     def __init__(self, instances: list[Instance], limiter: "RateLimiter | None" = None,
-                 wake: Callable[[], None] | None = None) -> None:
+                 wake: Callable[[], None] | None = None, overlap: bool = False) -> None:
         self._idle: deque[Instance] = deque(instances)
         self._limiter = limiter
         self._wake = wake
-        self.busy = 0
+        self.busy = 0  # executions handed out and not given back
+        self.room: deque[Instance] = deque()
+        self._deep = overlap and limiter is None and any(getattr(i, "depth", 1) > 1 for i in instances)
+        self._held: dict[int, int] = {}  # id(instance) -> executions it holds, for deep pools
 
     def __bool__(self) -> bool:
         return bool(self._idle)
@@ -142,7 +149,12 @@ class InstancePool:
             return None
         if self._limiter is None:
             self.busy += 1
-            return self._idle.popleft()
+            instance = self._idle.popleft()
+            if self._deep:
+                self._held[id(instance)] = 1
+                if getattr(instance, "depth", 1) > 1:
+                    self.room.append(instance)
+            return instance
         # Triton's order: the instance with the fewest executions (weighted by priority) first.
         for instance in sorted(self._idle, key=self._limiter.score):
             if self._limiter.acquire(instance, self._wake):
@@ -151,8 +163,25 @@ class InstancePool:
                 return instance
         return None
 
+    def take_busy(self) -> Instance:
+        """A busy instance with room for one more execution (``room`` must not be empty)."""
+        instance = self.room.popleft()
+        self.busy += 1
+        held = self._held[id(instance)] = self._held[id(instance)] + 1
+        if held < instance.depth:
+            self.room.append(instance)
+        return instance
+
     def give(self, instance: Instance) -> None:
         self.busy -= 1
+        if self._deep:
+            held = self._held[id(instance)] = self._held[id(instance)] - 1
+            if held:  # the next one it holds has just started: it has room again, and finishes last
+                if instance not in self.room:
+                    self.room.append(instance)
+                return
+            if instance in self.room:
+                self.room.remove(instance)
         if self._limiter is not None:
             self._limiter.release(instance)
         self._idle.append(instance)

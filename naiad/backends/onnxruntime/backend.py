@@ -1,6 +1,12 @@
 """Triton's onnxruntime backend: ``model.onnx`` (a file, or a folder holding ``model.onnx`` and its external
 data) served through onnxruntime, with Triton's auto-complete and load-time checks of the config against
 the graph. Each instance owns a session and a thread (see ``naiad.backends.threaded``).
+
+An instance whose session runs on the CUDA provider executes through I/O binding, as Triton's backend does: its
+inputs are bound where they are, in host memory (page-locked staging buffers where torch is installed to allocate
+them, ``naiad.backends.staging``, so the provider's copies to the device don't block), its outputs are bound to
+host memory, which the provider fills on its own stream within the run. Each instance's session has its own
+provider and with it its own stream, so instances on one GPU overlap.
 """
 
 from __future__ import annotations
@@ -221,14 +227,46 @@ class OnnxInstance(ThreadedInstance):
         self._string_inputs = {io.name for io in ctx.config.input if io.data_type == pb.TYPE_STRING}
         self._string_outputs = {io.name for io in ctx.config.output if io.data_type == pb.TYPE_STRING}
         self._bf16 = any(io.data_type == pb.TYPE_BF16 for io in (*ctx.config.input, *ctx.config.output))
+        # The CUDA provider's path: I/O binding, from pinned staging buffers where torch can allocate them.
+        self.bound = "CUDAExecutionProvider" in session.get_providers() and not self._string_inputs
+        self.staging = _pinned_staging() if self.bound else None
 
     def run(self, inputs: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
         if self._bf16:
             return self._run_bf16(inputs)
+        if self.bound:
+            return self._run_bound(inputs)
         if self._string_inputs:
             inputs = {n: _to_ort_strings(n, a) if n in self._string_inputs else a for n, a in inputs.items()}
         try:
             results = self.session.run(self.output_names, inputs, self._run_options)
+        except Exception as exc:
+            raise sessions.ort_error(exc) from None
+        outputs = dict(zip(self.output_names, results))
+        for name in self._string_outputs:
+            outputs[name] = _from_ort_strings(outputs[name])
+        return outputs
+
+    def _run_bound(self, inputs: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+        """One run through I/O binding; the run returns once the provider's stream is done with the buffers."""
+        binding = self.session.io_binding()
+        staging = self.staging
+        if staging is not None:
+            import torch  # there: staging buffers are only made where it is
+        for name, array in inputs.items():
+            array = np.ascontiguousarray(array)
+            if staging is None:
+                binding.bind_cpu_input(name, array)
+                continue
+            source = torch.from_numpy(array)
+            host = staging.buffer(name, source.dtype, tuple(source.shape))
+            host.copy_(source)
+            binding.bind_input(name, "cpu", 0, array.dtype, list(array.shape), host.data_ptr())
+        for name in self.output_names:
+            binding.bind_output(name, "cpu")
+        try:
+            self.session.run_with_iobinding(binding, self._run_options)
+            results = binding.copy_outputs_to_cpu()
         except Exception as exc:
             raise sessions.ort_error(exc) from None
         outputs = dict(zip(self.output_names, results))
@@ -264,6 +302,20 @@ class OnnxInstance(ThreadedInstance):
     def finalize(self) -> None:
         super().finalize()
         self.session = None  # type: ignore[assignment]  # drop the session (and its memory) with the instance
+
+
+def _pinned_staging() -> Any:
+    """Page-locked staging buffers through torch, where torch with CUDA is installed; else None (inputs are then
+    bound from pageable memory, which the provider copies through a staging buffer of its own)."""
+    try:
+        import torch
+    except ImportError:
+        return None
+    if not torch.cuda.is_available():
+        return None
+    from naiad.backends.staging import Staging
+
+    return Staging(pin=True)
 
 
 def _to_ort_strings(name: str, array: np.ndarray) -> np.ndarray:

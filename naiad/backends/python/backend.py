@@ -131,6 +131,12 @@ def _plain_scheduling(config: ModelConfig) -> bool:
     return not any(g.HasField("rate_limiter") for g in config.instance_group)
 
 
+def _overlapped(config: ModelConfig) -> bool:
+    """Only the dynamic batcher lends a busy instance work, and not under the rate limiter."""
+    return (config.HasField("dynamic_batching") and not config.HasField("sequence_batching")
+            and not any(g.HasField("rate_limiter") for g in config.instance_group))
+
+
 class InProcessVersion(LoadedVersion):
     def __init__(self, ctx: VersionContext) -> None:
         module = import_model(_model_file(ctx.config, ctx.version_dir), ctx.name)
@@ -228,6 +234,13 @@ class WorkerVersion(LoadedVersion):
             for process in self.processes:
                 if round_ < (concurrency if process.is_async else depth):
                     self.instances.append(WorkerSlot(process))
+        if _overlapped(ctx.config):
+            # The dynamic batcher may hand a synchronous worker its next full batch while it runs one: the worker
+            # starts it the moment the running one returns (it reads it meanwhile), with no trip through the
+            # server in between. An async worker would run the two at once, so it keeps one.
+            for slot, process in zip(self.instances, self.processes):
+                if not process.is_async:
+                    slot.depth = 2
 
     @property
     def ready(self) -> bool:

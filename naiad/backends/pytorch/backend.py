@@ -4,10 +4,15 @@ Config inputs reach ``forward`` by Triton's naming rules: by argument name when 
 forward argument, else by the ``<name>__<index>`` suffix, else in config order; a single
 ``Dict[str, Tensor]`` argument receives all inputs by name. Outputs are taken by ``<name>__<index>`` or in
 config order. Each instance owns a thread (see ``naiad.backends.threaded``); torch releases the GIL.
+
+A ``KIND_GPU`` instance runs on its own CUDA stream, as in Triton: inputs go to the device from pinned host
+buffers without blocking, outputs come back into pinned buffers the same way, and only that stream is waited
+for (``naiad.backends.staging``), so instances on one GPU overlap instead of queueing on the default stream.
 """
 
 from __future__ import annotations
 
+import contextlib
 import re
 import warnings
 from pathlib import Path
@@ -19,6 +24,7 @@ import torch
 from naiad.backends.base import Backend, LoadedVersion, VersionContext
 from naiad.backends.isolated.version import IsolatedVersion, runs_apart
 from naiad.backends.parameters import bool_param, int_param
+from naiad.backends.staging import Staging
 from naiad.backends.threaded import ThreadedInstance
 from naiad.config import ModelConfig, pb
 from naiad.core.errors import internal, invalid, unavailable
@@ -191,8 +197,28 @@ class TorchInstance(ThreadedInstance):
         self.signature = signature
         self.inference_mode = bool_param(ctx.config, "INFERENCE_MODE", True)
         self._string_inputs = {io.name for io in ctx.config.input if io.data_type == pb.TYPE_STRING}
+        # The GPU path: this instance's own stream and its pinned staging buffers (none on the CPU).
+        on_gpu = device.type == "cuda"
+        self.stream = torch.cuda.Stream(device=device) if on_gpu else None
+        self.staging = Staging(pin=True) if on_gpu else None
 
     def run(self, inputs: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+        stream = self.stream
+        if stream is None:
+            return self._run(inputs)
+        with torch.cuda.device(self.device), torch.cuda.stream(stream):
+            try:
+                outputs = self._run(inputs)
+            except BaseException:
+                # Copies from the pinned buffers may still be in flight: wait before the next run reuses them.
+                with contextlib.suppress(Exception):
+                    stream.synchronize()
+                raise
+            stream.synchronize()  # this instance's work only: other instances' kernels and copies go on
+        # Staged outputs are views of pinned buffers the next execution reuses while this reply is sent.
+        return {n: a.copy() if a.dtype != np.object_ else a for n, a in outputs.items()}
+
+    def _run(self, inputs: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
         sig = self.signature
         tensors = {n: self._to_torch(n, a) for n, a in inputs.items()}
         guard = torch.inference_mode() if self.inference_mode else torch.no_grad()
@@ -224,6 +250,8 @@ class TorchInstance(ThreadedInstance):
     def _to_torch(self, name: str, array: np.ndarray) -> Any:
         if name in self._string_inputs:
             return [b.decode("utf-8", "surrogateescape") if isinstance(b, bytes) else str(b) for b in array.ravel()]
+        if self.staging is not None:
+            return self.staging.to_device(name, array, self.device)
         tensor = torch.from_numpy(array)
         return tensor if self.device.type == "cpu" else tensor.to(self.device)
 
@@ -238,6 +266,8 @@ class TorchInstance(ThreadedInstance):
                 )
             if value.dim() == 0:
                 raise invalid(f"output '{name}' is a scalar which is not supported.")
+            if self.staging is not None:
+                return self.staging.to_host("output:" + name, value)  # read once the stream is synchronized
             return value.detach().cpu().numpy()
         if _is_string_list(value):
             if expected != "TYPE_STRING":

@@ -4,6 +4,10 @@
 TensorRT runs only on GPUs. On a host without one, or without the ``tensorrt`` package, loading fails with a
 message saying which; nothing is imported until a plan is actually loaded. The GPU path follows the
 TensorRT 10 tensor API (named I/O tensors, ``execute_async_v3``) and is exercised where a GPU exists.
+
+Each instance has its own execution context and CUDA stream, as in Triton; inputs reach the device from pinned
+host buffers without blocking and outputs return into pinned buffers the same way (``naiad.backends.staging``),
+and only the instance's stream is waited for.
 """
 
 from __future__ import annotations
@@ -123,6 +127,10 @@ class TensorRTInstance(ThreadedInstance):
         self.device = torch.device("cuda", device)
         self.context = engine.create_execution_context()
         self.stream = torch.cuda.Stream(device=self.device)
+        # Imported here, not at the top: the staging buffers need torch, which this backend imports on load.
+        from naiad.backends.staging import Staging
+
+        self.staging = Staging(pin=True)
         names = [engine.get_tensor_name(i) for i in range(engine.num_io_tensors)]
         self.engine_inputs = [n for n in names if engine.get_tensor_mode(n) == trt.TensorIOMode.INPUT]
         self.engine_outputs = [n for n in names if engine.get_tensor_mode(n) == trt.TensorIOMode.OUTPUT]
@@ -135,10 +143,11 @@ class TensorRTInstance(ThreadedInstance):
     def run(self, inputs: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
         torch = self.torch
         context = self.context
+        staging = self.staging
         with torch.cuda.device(self.device), torch.cuda.stream(self.stream):
             keep: list[Any] = []
             for name in self.engine_inputs:
-                tensor = torch.from_numpy(np.ascontiguousarray(inputs[name])).to(self.device, non_blocking=True)
+                tensor = staging.to_device(name, np.ascontiguousarray(inputs[name]), self.device)
                 keep.append(tensor)
                 context.set_input_shape(name, tuple(tensor.shape))
                 context.set_tensor_address(name, tensor.data_ptr())
@@ -149,9 +158,12 @@ class TensorRTInstance(ThreadedInstance):
                 context.set_tensor_address(name, tensor.data_ptr())
                 outputs[name] = tensor
             if not context.execute_async_v3(self.stream.cuda_stream):
+                self.stream.synchronize()  # the input copies, before the next run reuses their buffers
                 raise internal(f"TensorRT execution failed for model '{self.model_name}'")
+            host = {n: staging.to_host("output:" + n, outputs[n]) for n in self.output_names if n in outputs}
             self.stream.synchronize()
-        return {n: outputs[n].cpu().numpy() for n in self.output_names if n in outputs}
+        # Views of pinned buffers the next execution reuses while this reply is still being sent: copy them out.
+        return {n: a.copy() for n, a in host.items()}
 
 
 def _torch_type(torch: Any, trt: Any, dtype: Any) -> Any:
