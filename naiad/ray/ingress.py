@@ -211,7 +211,8 @@ class Ingress(RpcIngress):
             self._release(name, done)
             raise
         # The waiters go once Ray's router knows where the model went; this answer needn't wait for that.
-        task = asyncio.ensure_future(_placed(self.handles[CALL][name], name))  # once per model: not the per-request path
+        # (Its handle's router: the one that learned the way there.) Once per model, not on the per-request path.
+        task = asyncio.ensure_future(_placed(self.handles[method][name], name))
         task.add_done_callback(lambda _: self._release(name, done))
         return answer
 
