@@ -37,6 +37,7 @@ def run(args: argparse.Namespace) -> int:
         print("error: naiad ray serve needs Ray Serve: pip install 'naiad[ray]'", file=sys.stderr)
         return 1
     from naiad.ray.application import build
+    from naiad.ray.rpc import SERVICER
 
     os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
     joined = bool(options.address)
@@ -48,10 +49,12 @@ def run(args: argparse.Namespace) -> int:
     for sig in (signal.SIGTERM, signal.SIGINT):
         signal.signal(sig, lambda *_: stop.set())
     try:
-        serve.start(http_options={"host": options.http_host, "port": options.http_port})
+        grpc = {"port": options.grpc_port, "grpc_servicer_functions": [SERVICER]} if options.grpc_port else None
+        serve.start(http_options={"host": options.http_host, "port": options.http_port}, grpc_options=grpc)
         serve.run(build(options), name=options.app_name, route_prefix=options.route_prefix, blocking=False)
         print(f"naiad on Ray Serve: application '{options.app_name}' at http://{options.http_host}:"
-              f"{options.http_port}{options.route_prefix.rstrip('/')}/v2", flush=True)
+              f"{options.http_port}{options.route_prefix.rstrip('/')}/v2"
+              + (f" and gRPC port {options.grpc_port}" if options.grpc_port else ""), flush=True)
         stop.wait()
     finally:
         # Joined to a cluster: take our application down and leave Serve to others; else stop it all.

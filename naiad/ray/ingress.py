@@ -15,19 +15,20 @@ from urllib.parse import unquote
 
 import orjson
 
+from naiad.core.errors import InferError, invalid
 from naiad.frontends.http.options import HttpOptions
 from naiad.frontends.http.routes import Router
 from naiad.frontends.sagemaker.routes import SageMakerRouter
 from naiad.ray.asgi import Receive, Send, Wire, lifespan, read_request, send_result, send_wire
 from naiad.ray.local import build_service, local_repositories, sagemaker_options
 from naiad.ray.options import RayServeOptions
+from naiad.ray.routing import AUTOMATIC, lost
+from naiad.ray.rpc import RPC, STREAM
+from naiad.ray.rpc_ingress import RpcIngress
 from naiad.ray.statistics import app_name, board, merge
 from naiad.sagemaker.contract import TARGET_MODEL
 
 log = logging.getLogger("naiad.ray")
-
-_AUTOMATIC = ("models are loaded on first use by the replica a request is routed to and unloaded when a replica "
-              "needs room (--max-models-per-replica): explicit {} is not available on Ray Serve")
 
 
 # A browser's page: naiad's dashboard draws one server's models and its buttons load and unload them, neither of
@@ -61,7 +62,10 @@ class Statistics:
         self.version = version
 
 
-class Ingress:
+CALL = "__call__"  # the model deployment's HTTP method (rpc.RPC and rpc.STREAM: its gRPC ones)
+
+
+class Ingress(RpcIngress):
     def __init__(self, model: Any, options: RayServeOptions) -> None:
         self.model = model  # DeploymentHandle of the model deployment
         self.options = options
@@ -74,9 +78,11 @@ class Ingress:
         self.http = Router(self.service, HttpOptions(allowed_hosts=["*"]))
         self.sagemaker = SageMakerRouter(self.service, sagemaker, allowed_hosts=["*"])
         self.default_model = options.default_model
-        self.handles: dict[str, Any] = {}  # one handle per model, made once
+        # Per method of the model deployment, one handle per model, made once.
+        self.handles: dict[str, dict[str, Any]] = {CALL: {}, RPC: {}, STREAM: {}}
         self.first: dict[str, asyncio.Future] = {}  # a model's first request, while it is under way
         self.board: Any = None  # the statistics board, found on first use
+        super().__init__(self.service)
 
     def __serve_build_asgi_app__(self) -> Any:  # Ray Serve's late-bound ASGI app
         return _Asgi(self)
@@ -97,7 +103,7 @@ class Ingress:
                 if parts[5] == "load":
                     return unquote(parts[4])
                 if parts[5] == "unload":
-                    return _error(400, _AUTOMATIC.format("unloading"))
+                    return _error(400, AUTOMATIC.format("unloading"))
             return None
         if path == "/dashboard" or path.startswith("/dashboard/"):
             return 404, b"text/plain; charset=utf-8", [], _DASHBOARD
@@ -113,7 +119,7 @@ class Ingress:
                 target = headers.get(TARGET_MODEL)
                 return target.decode("utf-8", "replace") if target else path.split("/")[2]
             if method in (b"POST", b"DELETE"):
-                return _error(400, _AUTOMATIC.format("loading and unloading"))
+                return _error(400, AUTOMATIC.format("loading and unloading"))
         return None
 
     async def asgi(self, scope: dict[str, Any], receive: Receive, send: Send) -> None:
@@ -132,13 +138,18 @@ class Ingress:
             await send_wire(send, target)
             return
         if isinstance(target, Statistics):
-            await send_wire(send, await self.statistics(target))
+            answer: Wire
+            try:
+                answer = 200, b"application/json", [], orjson.dumps(await self.summed(target.name, target.version))
+            except InferError as exc:
+                answer = _error(exc.http_status, exc.message)
+            await send_wire(send, answer)
             return
         await send_wire(send, await self.forward(target, method, path, headers, body))
 
-    async def statistics(self, asked: Statistics) -> Wire:
-        """Triton's statistics, summed over the replicas: a model no replica holds is not available, as an
-        unloaded model is on Triton."""
+    async def summed(self, name: str, version: str) -> dict[str, Any]:
+        """Triton's statistics (of every model, or of ``name``), summed over the replicas: a model no replica
+        holds is not available, as an unloaded model is on Triton (raises ``InferError``)."""
         rows: list[bytes] = []
         for _ in range(2):
             try:
@@ -149,40 +160,59 @@ class Ingress:
             except Exception as exc:  # the board went with its owner: a new one (empty until replicas push)
                 log.debug("statistics board: %s", exc)
                 self.board = None
-        if not asked.name:
-            return 200, b"application/json", [], orjson.dumps(merge(rows))
-        found = merge(rows, asked.name)
+        if not name:
+            return merge(rows)
+        found = merge(rows, name)
         if not found["model_stats"]:
-            return _error(400, f"requested model '{asked.name}' is not available")
-        if asked.version:
-            found = merge(rows, asked.name, asked.version)
+            raise invalid(f"requested model '{name}' is not available")
+        if version:
+            found = merge(rows, name, version)
             if not found["model_stats"]:
-                return _error(400, f"requested model version is not available for model '{asked.name}'")
-        return 200, b"application/json", [], orjson.dumps(found)
+                raise invalid(f"requested model version is not available for model '{name}'")
+        return found
 
     async def forward(self, name: str, method: bytes, path: str, headers: dict[bytes, bytes], body: bytes) -> Wire:
-        handle = self.handles.get(name)
+        try:
+            return await self.reach(name, CALL, (method, path, headers, body))  # type: ignore[no-any-return]
+        except InferError as exc:
+            return _error(exc.http_status, exc.message)
+
+    async def reach(self, name: str, method: str, args: tuple) -> Any:
+        """``method``'s answer, from a replica holding model ``name`` (raises ``InferError`` UNAVAILABLE when the
+        replica is lost or every queue is full). A streamed method (STREAM) answers its first item and the rest."""
+        handle = self.handles[method].get(name)
         if handle is None:
-            return await self._first(name, method, path, headers, body)
+            if name not in self.handles[CALL]:
+                return await self._first(name, method, args)
+            handle = self._handle(name, method)
         if self.first:  # some model's first request is under way (rare: a dict's truth is the only cost)
             first = self.first.get(name)
             if first is not None:  # it is this model's, loading it: wait for it to land somewhere
                 await asyncio.wait([first], timeout=_FIRST_WAIT_S)
-        return await self._call(handle, name, method, path, headers, body)
+        return await self._call(handle, name, method, args)
 
-    async def _first(self, name: str, method: bytes, path: str, headers: dict[bytes, bytes], body: bytes) -> Wire:
+    def _handle(self, name: str, method: str) -> Any:
+        """The handle for ``method`` of the replicas of ``name`` (sharing the model's router), made once."""
+        handle = self.handles[CALL][name]
+        if method != CALL:
+            handle = handle.options(method_name=method, stream=method == STREAM)
+        self.handles[method][name] = handle
+        return handle
+
+    async def _first(self, name: str, method: str, args: tuple) -> Any:
         """A model's first request here goes alone: until it has loaded the model on a replica, Ray knows of no
         replica holding it and would spread the requests behind it over every replica, each loading its own copy.
         They wait for it instead, and then go where it went."""
-        handle = self.handles[name] = self.model.options(multiplexed_model_id=name)
+        self.handles[CALL][name] = self.model.options(multiplexed_model_id=name)
         done = self.first[name] = asyncio.get_running_loop().create_future()
         try:
-            answer = await self._call(handle, name, method, path, headers, body)
+            answer = await self._call(self._handle(name, method), name, method, args)
         except BaseException:
             self._release(name, done)
             raise
         # The waiters go once Ray's router knows where the model went; this answer needn't wait for that.
-        task = asyncio.ensure_future(_placed(handle, name))  # once per model: not the per-request path
+        # (Its handle's router: the one that learned the way there.) Once per model, not on the per-request path.
+        task = asyncio.ensure_future(_placed(self.handles[method][name], name))
         task.add_done_callback(lambda _: self._release(name, done))
         return answer
 
@@ -190,24 +220,17 @@ class Ingress:
         del self.first[name]
         done.set_result(None)
 
-    async def _call(self, handle: Any, name: str, method: bytes, path: str, headers: dict[bytes, bytes],
-                    body: bytes) -> Wire:
-        from ray import exceptions
-
+    async def _call(self, handle: Any, name: str, method: str, args: tuple) -> Any:
         try:
-            return await handle.remote(method, path, headers, body)
-        except (exceptions.RayActorError, exceptions.ActorUnavailableError) as exc:
-            # The replica died (or became unreachable) with this request on it; Ray replaces the replica, and
-            # a retry goes to a live one.
-            log.warning("model '%s': replica lost: %s", name, exc)
-            return _error(503, f"the replica serving model '{name}' stopped while handling this request; "
-                               "retry (Ray Serve is replacing it)")
+            if method != STREAM:
+                return await handle.remote(*args)
+            items = handle.remote(*args)
+            return await items.__anext__(), items
         except Exception as exc:
-            from ray.serve.exceptions import BackPressureError
-
-            if isinstance(exc, BackPressureError):
-                return _error(503, f"model '{name}' is overloaded: every replica's queue is full; retry later")
-            raise
+            error = lost(exc, name)
+            if error is exc:
+                raise
+            raise error from exc
 
 
 async def _placed(handle: Any, name: str) -> None:

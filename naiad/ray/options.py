@@ -18,6 +18,8 @@ class RayServeOptions:
     route_prefix: str = "/"
     http_host: str = "127.0.0.1"
     http_port: int = 8000
+    # KServe v2 gRPC through Ray's gRPC proxy (naiad.ray.rpc); 0: none. Ray binds it on every interface.
+    grpc_port: int = 0
     address: str = ""  # a running Ray cluster ("auto", "ray://host:10001"); empty: start one in this process
     # Model-aware routing: each replica keeps at most this many models, least recently used evicted first.
     max_models_per_replica: int = 3
@@ -98,6 +100,8 @@ class RayServeOptions:
     def check(self) -> None:
         if not self.model_repositories:
             raise ValueError("a model repository is required (--model-repository)")
+        if not 0 <= self.grpc_port < 65536:
+            raise ValueError("--grpc-port must be a port number (0: no gRPC)")
         if self.max_models_per_replica < 1:
             raise ValueError("--max-models-per-replica must be at least 1")
         if self.min_model_residency_s < 0:
@@ -119,6 +123,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--http-address", dest="http_host", default=d.http_host,
                         help="address Ray Serve's HTTP proxy binds (the first start of Serve on the cluster)")
     parser.add_argument("--http-port", type=int, default=d.http_port, help="Ray Serve's HTTP proxy port")
+    parser.add_argument("--grpc-port", type=int, default=d.grpc_port,
+                        help="serve KServe v2 gRPC (inference.GRPCInferenceService) on Ray Serve's gRPC proxy at this "
+                             "port, on every interface (Ray has no address setting for it); 0: no gRPC. Like the "
+                             "HTTP port, it is set by the first start of Serve on the cluster")
     parser.add_argument("--max-models-per-replica", type=int, default=d.max_models_per_replica,
                         help="models a replica keeps loaded; the least recently used is unloaded beyond it")
     parser.add_argument("--min-model-residency-s", type=float, default=d.min_model_residency_s,
@@ -161,7 +169,7 @@ def from_args(args: argparse.Namespace) -> RayServeOptions:
         maximum = minimum
     options = RayServeOptions(
         model_repositories=list(args.model_repository), app_name=args.app_name, route_prefix=args.route_prefix,
-        http_host=args.http_host, http_port=args.http_port, address=args.address,
+        http_host=args.http_host, http_port=args.http_port, grpc_port=args.grpc_port, address=args.address,
         max_models_per_replica=args.max_models_per_replica, min_model_residency_s=args.min_model_residency_s,
         min_replicas=minimum, max_replicas=maximum,
         initial_replicas=args.initial_replicas, target_ongoing_requests=args.target_ongoing_requests,

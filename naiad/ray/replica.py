@@ -17,11 +17,16 @@ import re
 import shutil
 import tempfile
 import time
+from collections.abc import AsyncIterator
 from pathlib import Path
+from typing import Any
 
+import grpc
 import orjson
 
 from naiad.core.errors import InferError, not_found
+from naiad.frontends.grpc.codec import parse_version, stream_error
+from naiad.frontends.grpc.inference import GRPC_ERROR_HEADER, UNPARSABLE, UNPARSABLE_MESSAGE
 from naiad.frontends.http.options import HttpOptions
 from naiad.frontends.http.routes import Router
 from naiad.frontends.replies import Reply, error_reply
@@ -29,6 +34,7 @@ from naiad.frontends.sagemaker.routes import SageMakerRouter
 from naiad.ray.asgi import Wire, to_wire
 from naiad.ray.local import build_service, local_repositories, sagemaker_options
 from naiad.ray.options import RayServeOptions
+from naiad.ray.rpc import Call, RpcWire, answer, local_table, status_number
 from naiad.ray.statistics import Pusher, app_name
 from naiad.service.assemble import find_model
 
@@ -36,35 +42,30 @@ log = logging.getLogger("naiad.ray")
 
 REPLICA_HEADER = b"x-naiad-replica"  # which replica answered
 RESIDENCY_HEADER = b"x-naiad-residency"  # hit: the model was loaded there already; load: loaded for this request
+_INTERNAL = int(grpc.StatusCode.INTERNAL.value[0])
 _KEY = re.compile(r"[0-9A-Za-z._]+")  # what a residency key may be (a path component)
 
 
 class Loaded:
-    """A model as Ray's multiplexer holds it. Ray calls ``__del__`` (in a thread) when it evicts the model."""
+    """A model as Ray's multiplexer holds it. Ray calls its ``__del__`` when it evicts the model: an async one,
+    which Ray awaits on the replica's loop right after taking the model out of its cache, so the replica's own
+    view (``resident``) drops the model in the same step. (A plain ``__del__`` runs in a thread, later: in that
+    gap a request still saw the model resident, and its cache lookup made Ray load it again at once, evicting the
+    model just loaded, outside ``_admit`` and its minimum residency.) Set on the instance, not the class, so that
+    garbage collection doesn't call it."""
 
     def __init__(self, replica: "ModelReplica", name: str, key: str) -> None:
         self.replica = replica
         self.name = name
         self.key = key
-        self.loop = asyncio.get_running_loop()
         self.unloaded = False
         self.since = time.monotonic()  # loaded at (see ModelReplica._admit)
+        self.__del__ = self.evicted
 
-    def __del__(self) -> None:
-        if self.unloaded:
-            return
-        self.unloaded = True
-        if self.loop.is_closed():
-            return
-        unload = self.replica.unload(self)
-        try:
-            running = asyncio.get_running_loop()
-        except RuntimeError:
-            running = None
-        if running is self.loop:  # collected on the loop itself: no waiting here
-            self.loop.create_task(unload)
-            return
-        asyncio.run_coroutine_threadsafe(unload, self.loop).result(timeout=120)
+    async def evicted(self) -> None:
+        if not self.unloaded:
+            self.unloaded = True
+            await self.replica.unload(self)
 
 
 class ModelReplica:
@@ -82,6 +83,7 @@ class ModelReplica:
         self.http = Router(self.service, HttpOptions(allowed_hosts=["*"]))
         self.sagemaker = SageMakerRouter(self.service, sagemaker_options(options, self.scratch / "models"),
                                          allowed_hosts=["*"])
+        self.rpc_table = local_table(self.service)  # naiad's gRPC handlers, by RPC name
         self.resident: dict[str, Loaded] = {}
         self._room = asyncio.Lock()  # one miss at a time: two waiting misses must not each evict a model
         self.id = _replica_id().encode()
@@ -147,7 +149,7 @@ class ModelReplica:
         return loaded
 
     async def unload(self, loaded: Loaded) -> None:
-        if self.resident.get(loaded.name) is loaded:
+        if self.resident.get(loaded.name) is loaded:  # before any await: no request may find it from here on
             del self.resident[loaded.name]
         try:
             await self.service.sagemaker_unload(loaded.key)
@@ -157,26 +159,32 @@ class ModelReplica:
         self.evictions.inc(tags={"model": loaded.name})
         log.info("replica %s unloaded model '%s'", self.id.decode(), loaded.name)
 
+    async def _reside(self, name: str) -> tuple[bytes, InferError | None]:
+        """Model ``name`` (Ray's multiplexed model id) made resident here: "hit", "load", or "-" for a request
+        about no model of the repositories (the routers answer it); and the error that kept it from loading."""
+        if self.pusher.task is None:
+            self.pusher.start()
+        if not name or (name not in self.resident and self.find(name) is None):  # the folder scan only on a miss
+            return b"-", None
+        residency = b"hit" if name in self.resident else b"load"
+        try:
+            if residency == b"hit":
+                await self._get(name)  # in Ray's cache (see Loaded): marks it most recently used, loads nothing
+            else:
+                residency = await self._admit(name)
+        except InferError as exc:
+            return residency, exc
+        self.requests.inc(tags={"model": name, "residency": residency.decode()})
+        return residency, None
+
     async def __call__(self, method: bytes, path: str, headers: dict[bytes, bytes], body: bytes) -> Wire:
         from ray import serve
 
-        name = serve.get_multiplexed_model_id()
-        residency = b"-"
-        if self.pusher.task is None:
-            self.pusher.start()
-        if name and (name in self.resident or self.find(name) is not None):  # the folder scan only on a miss
-            residency = b"hit" if name in self.resident else b"load"
-            try:
-                if residency == b"hit":
-                    await self._get(name)  # Ray's cache marks it most recently used
-                else:
-                    residency = await self._admit(name)
-            except InferError as exc:
-                if path.startswith("/v2"):  # else SageMaker's routes answer it in their own shape
-                    return self._tag(await to_wire(error_reply(exc)), residency)
-            self.requests.inc(tags={"model": name, "residency": residency.decode()})
-            if path.startswith("/v2/repository/models/"):  # a load: the model is resident here now
-                return self._tag((200, b"application/json", [], b""), residency)
+        residency, error = await self._reside(serve.get_multiplexed_model_id())
+        if error is not None and path.startswith("/v2"):  # else SageMaker's routes answer it in their own shape
+            return self._tag(await to_wire(error_reply(error)), residency)
+        if residency != b"-" and error is None and path.startswith("/v2/repository/models/"):
+            return self._tag((200, b"application/json", [], b""), residency)  # a load: resident here now
         router = self.http if path.startswith("/v2") else self.sagemaker
         try:
             result = router.handle(method, path, headers, body)
@@ -184,6 +192,43 @@ class ModelReplica:
             log.exception("unhandled error for %s", path)
             result = Reply(500, orjson.dumps({"error": "internal server error"}))
         return self._tag(await to_wire(result), residency)
+
+    async def rpc(self, method: str, request: bytes) -> RpcWire:
+        """A unary gRPC call about a model (naiad.ray.rpc_ingress.FORWARDED), its request as bytes."""
+        from ray import serve
+
+        residency, error = await self._reside(serve.get_multiplexed_model_id())
+        if error is not None:
+            return status_number(error), error.message, b"", self.id, residency
+        if residency != b"-" and method == "RepositoryModelLoad":  # resident here now
+            return 0, "", b"", self.id, residency
+        call = Call()
+        body = await answer(self.rpc_table[method], request, call)
+        return call.status, call.message, body, self.id, residency
+
+    async def stream(self, request: bytes, grpc_errors: bool) -> AsyncIterator[bool | bytes | tuple[int, str]]:
+        """One request of a ModelStreamInfer stream: first whether its model is decoupled (its responses needn't
+        wait for earlier requests'), then each encoded response, and the status that ends the stream if one does
+        (a message that doesn't parse; a failure, under the ``triton_grpc_error`` header)."""
+        from ray import serve
+
+        handler = self.rpc_table["ModelStreamInfer"]
+        message = handler.request_deserializer(request)
+        error = (await self._reside(serve.get_multiplexed_model_id()))[1]
+        if message is UNPARSABLE or error is not None:
+            yield False
+            yield (_INTERNAL, UNPARSABLE_MESSAGE) if error is None else stream_error(error, message).SerializeToString()
+            return
+        try:
+            decoupled = self.service.model(message.model_name, parse_version(message.model_version)).decoupled
+        except InferError:
+            decoupled = False  # answered with the error, below
+        yield decoupled
+        call = Call(((GRPC_ERROR_HEADER, "true"),) if grpc_errors else ())
+        async for reply in handler.stream_stream(_one(message), call):
+            yield reply.SerializeToString()
+        if call.status:
+            yield call.status, call.message
 
     def _tag(self, wire: Wire, residency: bytes) -> Wire:
         wire[2].append((REPLICA_HEADER, self.id))
@@ -198,6 +243,10 @@ class ModelReplica:
             loaded.unloaded = True
             await self.unload(loaded)
         shutil.rmtree(self.scratch, ignore_errors=True)
+
+
+async def _one(message: Any) -> AsyncIterator[Any]:
+    yield message
 
 
 def _replica_id() -> str:

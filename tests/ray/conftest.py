@@ -21,10 +21,15 @@ class Cluster:
     address: str  # the GCS address a driver (naiad ray serve --address) joins
     port: int  # Serve's HTTP proxy
     metrics_port: int  # Ray's metrics export (Prometheus text)
+    grpc_port: int  # Serve's gRPC proxy, serving naiad's KServe v2 gRPC service (naiad.ray.rpc)
 
     @property
     def url(self) -> str:
         return f"127.0.0.1:{self.port}"
+
+    @property
+    def grpc_url(self) -> str:
+        return f"127.0.0.1:{self.grpc_port}"
 
 
 @pytest.fixture(scope="package")
@@ -35,10 +40,13 @@ def cluster() -> Iterator[Cluster]:
     context = ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False, namespace="naiad-tests",
                        configure_logging=False, _metrics_export_port=metrics_port,
                        _system_config={"metrics_report_interval_ms": 1000})  # replicas' metrics within a second
-    port = free_port()
-    serve.start(http_options={"host": "127.0.0.1", "port": port})
+    from naiad.ray.rpc import SERVICER
+
+    port, grpc_port = free_port(), free_port()
+    serve.start(http_options={"host": "127.0.0.1", "port": port},
+                grpc_options={"port": grpc_port, "grpc_servicer_functions": [SERVICER]})
     try:
-        yield Cluster(context.address_info["gcs_address"], port, metrics_port)
+        yield Cluster(context.address_info["gcs_address"], port, metrics_port, grpc_port)
     finally:
         serve.shutdown()
         ray.shutdown()

@@ -24,6 +24,12 @@ def test_flags_become_ray_autoscaling_config() -> None:
         "upscale_delay_s": 2.0, "downscale_delay_s": 5.0, "look_back_period_s": 4.0}
 
 
+def test_grpc_is_off_unless_a_port_is_given() -> None:
+    assert parse("--model-repository", "repo").grpc_port == 0
+    assert parse("--model-repository", "repo", "--grpc-port", "8001").grpc_port == 8001
+    assert RayServeOptions.from_dict({"model_repository": "repo", "grpc_port": "9001"}).grpc_port == 9001
+
+
 def test_num_replicas_fixes_the_count() -> None:
     options = parse("--model-repository", "repo", "--num-replicas", "3")
     assert (options.min_replicas, options.max_replicas) == (3, 3)
@@ -32,6 +38,7 @@ def test_num_replicas_fixes_the_count() -> None:
 @pytest.mark.parametrize("argv, message", [
     (["--max-models-per-replica", "0"], "--max-models-per-replica must be at least 1"),
     (["--min-replicas", "0", "--max-replicas", "0"], "--max-replicas >= 1"),
+    (["--grpc-port", "70000"], "--grpc-port must be a port number"),
 ])
 def test_bad_flags_are_refused(argv: list[str], message: str) -> None:
     with pytest.raises(ValueError, match=message):

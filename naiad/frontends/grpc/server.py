@@ -166,7 +166,7 @@ def _lenient(parse: Callable[[bytes], Any]) -> Callable[[bytes], Any]:
     return deserialize
 
 
-def _answers_unparsable(handler: grpc.RpcMethodHandler) -> grpc.RpcMethodHandler:
+def answers_unparsable(handler: grpc.RpcMethodHandler) -> grpc.RpcMethodHandler:
     """``handler`` for grpc.aio: its parser never raises, and it answers a message that did not parse as Triton does.
     (ModelStreamInfer, the one streaming RPC, ends its stream on ``UNPARSABLE`` itself.)"""
     handler = handler._replace(request_deserializer=_lenient(handler.request_deserializer))
@@ -188,7 +188,7 @@ def handlers(paths: dict[str, grpc.RpcMethodHandler]) -> list[grpc.GenericRpcHan
     by_service: dict[str, dict[str, grpc.RpcMethodHandler]] = {}
     for path, handler in paths.items():
         service_name, method = path[1:].split("/")
-        by_service.setdefault(service_name, {})[method] = _answers_unparsable(handler)
+        by_service.setdefault(service_name, {})[method] = answers_unparsable(handler)
     return [grpc.method_handlers_generic_handler(name, table) for name, table in by_service.items()]
 
 
