@@ -270,7 +270,8 @@ class RemoteService(ChannelEnd, Service):
             self._unsent.add(id_)
             self._waiting.append((id_, message))
 
-    def infer(self, request: InferRequest, view: ModelView | None = None) -> "asyncio.Future[InferResponse]":
+    def infer(self, request: InferRequest, view: ModelView | None = None,
+              future: asyncio.Future[InferResponse] | None = None) -> "asyncio.Future[InferResponse]":
         if not self.accepting:
             raise unavailable("Server is not ready to accept requests (shutting down)")
         if view is None:
@@ -281,7 +282,8 @@ class RemoteService(ChannelEnd, Service):
                              Code.UNSUPPORTED)
         assert self.loop is not None
         id_ = self._id()
-        future: asyncio.Future[InferResponse] = self.loop.create_future()
+        if future is None:
+            future = self.loop.create_future()
         self._unary[id_] = future
         future.add_done_callback(lambda f: self._cancelled(id_) if f.cancelled() else None)
         self._forward(id_, self._request(wire.INFER, id_, request))
