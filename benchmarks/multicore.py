@@ -15,9 +15,11 @@ could do.
 
     python benchmarks/multicore.py [--seconds 5] [--concurrency 16] [--models add_sub,identity]
                                    [--protocols http,grpc] [--processes 1,2] [--root TREE ...] [--rounds 1]
+                                   [--pin-host]
 
 With several ``--root`` trees (naiad checkouts; default: this one), each round measures every tree in turn, so an
-A/B comparison alternates on the same noisy box.
+A/B comparison alternates on the same noisy box. ``--pin-host`` gives the host (N > 1) a core of its own, as it
+has on a many-core machine; on a shared core its figure also carries the cost of being switched in and out.
 """
 
 from __future__ import annotations
@@ -78,8 +80,16 @@ def _success(port: int, model: str) -> int:
         return json.load(response)["model_stats"][0]["inference_stats"]["success"]["count"]
 
 
+def _pin(proc: psutil.Process, cpus: set[int]) -> None:
+    try:
+        for thread in proc.threads():
+            os.sched_setaffinity(thread.id, cpus)
+    except (psutil.NoSuchProcess, OSError):
+        pass
+
+
 def measure(tree: Path, repo: Path, model: str, protocol: str, processes: int, seconds: float,
-            concurrency: int) -> dict[str, float]:
+            concurrency: int, pin_host: bool = False) -> dict[str, float]:
     http_port, grpc_port = free_port(), free_port()
     env = {**os.environ, "PYTHONPATH": str(tree)}
     server = subprocess.Popen(
@@ -101,10 +111,18 @@ def measure(tree: Path, repo: Path, model: str, protocol: str, processes: int, s
         children = host.children()
         fronts = [p for p in children if "naiad.processes" in " ".join(p.cmdline())]
         workers = [p for p in children if p not in fronts]
+        others: set[int] = set()
+        if pin_host:  # the host alone on the last core, as it would be on a many-core machine
+            cpus = sorted(os.sched_getaffinity(0))
+            others = set(cpus[:-1])
+            _pin(host, {cpus[-1]})
+            for child in children:
+                _pin(child, others)
         url = f"127.0.0.1:{grpc_port if protocol == 'grpc' else http_port}"
         # The load generator is this tree's, whichever tree serves.
         bench_env = {**os.environ, "PYTHONPATH": str(ROOT)}
-        bench = [sys.executable, "-m", "naiad", "bench", "-m", model, "-u", url, "-i", protocol,
+        bench = (["taskset", "-c", ",".join(map(str, sorted(others)))] if others else []) + [
+                 sys.executable, "-m", "naiad", "bench", "-m", model, "-u", url, "-i", protocol,
                  "--concurrency-range", str(concurrency), "--no-progress", "-p"]
         subprocess.run(bench + ["500"], capture_output=True, env=bench_env)  # warm-up
         before = (_success(http_port, model), time.monotonic(), _cpu(host), sum(map(_cpu, fronts)),
@@ -139,6 +157,9 @@ def main() -> int:
     parser.add_argument("--processes", default="1,2", help="front-end process counts to measure")
     parser.add_argument("--root", action="append", type=Path, help="a naiad tree to serve (repeatable)")
     parser.add_argument("--rounds", type=int, default=1)
+    parser.add_argument("--pin-host", action="store_true",
+                        help="run the model host alone on the last core, and the front ends, workers and load "
+                             "generator on the others (as on a many-core machine, where the host's core is its own)")
     args = parser.parse_args()
     trees = [t.resolve() for t in args.root] if args.root else [ROOT]
     label = len(trees) > 1
@@ -151,7 +172,8 @@ def main() -> int:
                 for protocol in args.protocols.split(","):
                     for processes in map(int, args.processes.split(",")):
                         for index, tree in enumerate(trees):
-                            row = measure(tree, repo, model, protocol, processes, args.seconds, args.concurrency)
+                            row = measure(tree, repo, model, protocol, processes, args.seconds, args.concurrency,
+                                          args.pin_host and processes > 1)
                             # From one process's figures the host's share can't be told from the front end's.
                             prediction = (" / ".join(f"{predict(row, c):,.0f}" for c in (4, 8, 16))
                                           if processes > 1 else "-")
