@@ -1,18 +1,25 @@
 #!/usr/bin/env python3
 """Where the CPU goes with ``--frontend-processes N``, and what more cores would give (Amdahl).
 
-For each protocol (HTTP, gRPC) and each N (1, 2), it starts naiad on the bundled examples, drives ``add_sub`` (one
-item per request) with ``naiad bench`` at a fixed concurrency, and reads from the operating system how much CPU each
-kind of process spent per request: the model host (with N = 1, the one process that does everything), the front
-ends (summed), and the Python backend's worker (the model itself). Requests are counted by the server's own
-statistics.
+For each model (``add_sub``: the Python backend, its own worker process; ``identity``: an ONNX FP32 [-1,16]
+identity, run by onnxruntime inline on the host's loop), each protocol (HTTP, gRPC) and each N (1, 2), it starts
+naiad, drives the model (one item per request) with ``naiad bench`` at a fixed concurrency, and reads from the
+operating system how much CPU each kind of process spent per request: the model host (with N = 1, the one process
+that does everything), the front ends (summed), and the Python backend's worker (the model itself). Requests are
+counted by the server's own statistics.
 
 The prediction for C cores: every request costs ``host + front + worker`` µs of CPU in all, the host's part runs
 on one core (serial), the worker's on one instance; so throughput <= min(C * 1e6 / total, 1e6 / host,
 1e6 / worker). The load generator shares the box: on 2 cores the measured figures are below what the server alone
 could do.
 
-    python benchmarks/multicore.py [--seconds 5] [--concurrency 16]
+    python benchmarks/multicore.py [--seconds 5] [--concurrency 16] [--models add_sub,identity]
+                                   [--protocols http,grpc] [--processes 1,2] [--root TREE ...] [--rounds 1]
+                                   [--pin-host]
+
+With several ``--root`` trees (naiad checkouts; default: this one), each round measures every tree in turn, so an
+A/B comparison alternates on the same noisy box. ``--pin-host`` gives the host (N > 1) a core of its own, as it
+has on a many-core machine; on a shared core its figure also carries the cost of being switched in and out.
 """
 
 from __future__ import annotations
@@ -20,9 +27,11 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
+import tempfile
 import time
 import urllib.request
 from pathlib import Path
@@ -32,7 +41,30 @@ import psutil
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+from tests.onnx_graphs import identity  # noqa: E402
 from tests.server import EXAMPLES, free_port  # noqa: E402
+
+IDENTITY_CONFIG = """name: "identity"
+backend: "onnxruntime"
+max_batch_size: 8
+input [{ name: "INPUT0", data_type: TYPE_FP32, dims: [ 16 ] }]
+output [{ name: "OUTPUT0", data_type: TYPE_FP32, dims: [ 16 ] }]
+instance_group [{ kind: KIND_CPU, count: 1 }]
+# One onnxruntime thread: an identity has nothing to spread, and idle spinning threads would count as the host's.
+parameters { key: "intra_op_thread_count" value: { string_value: "1" } }
+parameters { key: "inter_op_thread_count" value: { string_value: "1" } }
+"""
+
+
+def repository(into: Path) -> Path:
+    """add_sub from the bundled examples, and the ONNX identity."""
+    import onnx
+
+    shutil.copytree(EXAMPLES / "add_sub", into / "add_sub")
+    (into / "identity" / "1").mkdir(parents=True)
+    (into / "identity" / "config.pbtxt").write_text(IDENTITY_CONFIG)
+    onnx.save(identity("TYPE_FP32", ["batch", 16]), str(into / "identity" / "1" / "model.onnx"))
+    return into
 
 
 def _cpu(proc: psutil.Process) -> float:
@@ -43,18 +75,28 @@ def _cpu(proc: psutil.Process) -> float:
         return 0.0
 
 
-def _success(port: int) -> int:
-    with urllib.request.urlopen(f"http://127.0.0.1:{port}/v2/models/add_sub/stats") as response:
+def _success(port: int, model: str) -> int:
+    with urllib.request.urlopen(f"http://127.0.0.1:{port}/v2/models/{model}/stats") as response:
         return json.load(response)["model_stats"][0]["inference_stats"]["success"]["count"]
 
 
-def measure(protocol: str, processes: int, seconds: float, concurrency: int) -> dict[str, float]:
+def _pin(proc: psutil.Process, cpus: set[int]) -> None:
+    try:
+        for thread in proc.threads():
+            os.sched_setaffinity(thread.id, cpus)
+    except (psutil.NoSuchProcess, OSError):
+        pass
+
+
+def measure(tree: Path, repo: Path, model: str, protocol: str, processes: int, seconds: float,
+            concurrency: int, pin_host: bool = False) -> dict[str, float]:
     http_port, grpc_port = free_port(), free_port()
+    env = {**os.environ, "PYTHONPATH": str(tree)}
     server = subprocess.Popen(
-        [sys.executable, "-m", "naiad", "serve", "--model-repository", str(EXAMPLES), "--http-port", str(http_port),
+        [sys.executable, "-m", "naiad", "serve", "--model-repository", str(repo), "--http-port", str(http_port),
          "--http-address", "127.0.0.1", "--grpc-port", str(grpc_port), "--grpc-address", "127.0.0.1",
          "--allow-metrics=false", "--frontend-processes", str(processes)],
-        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env={**os.environ, "PYTHONPATH": str(ROOT)})
+        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env, cwd=tree)
     try:
         deadline = time.monotonic() + 60
         while True:
@@ -69,16 +111,26 @@ def measure(protocol: str, processes: int, seconds: float, concurrency: int) -> 
         children = host.children()
         fronts = [p for p in children if "naiad.processes" in " ".join(p.cmdline())]
         workers = [p for p in children if p not in fronts]
+        others: set[int] = set()
+        if pin_host:  # the host alone on the last core, as it would be on a many-core machine
+            cpus = sorted(os.sched_getaffinity(0))
+            others = set(cpus[:-1])
+            _pin(host, {cpus[-1]})
+            for child in children:
+                _pin(child, others)
         url = f"127.0.0.1:{grpc_port if protocol == 'grpc' else http_port}"
-        bench = [sys.executable, "-m", "naiad", "bench", "-m", "add_sub", "-u", url, "-i", protocol,
-                 "--concurrency-range", str(concurrency), "-p", str(int(seconds * 1000)), "--no-progress"]
-        subprocess.run(bench[:-3] + ["-p", "500", "--no-progress"], capture_output=True, env={**os.environ,
-                       "PYTHONPATH": str(ROOT)})  # warm-up
-        before = (_success(http_port), time.monotonic(), _cpu(host), sum(map(_cpu, fronts)), sum(map(_cpu, workers)))
-        subprocess.run(bench, capture_output=True, env={**os.environ, "PYTHONPATH": str(ROOT)})
-        after = (_success(http_port), time.monotonic(), _cpu(host), sum(map(_cpu, fronts)), sum(map(_cpu, workers)))
-        requests = after[0] - before[0] - 1  # (the stats request itself is not an inference)
-        requests = max(requests, 1)
+        # The load generator is this tree's, whichever tree serves.
+        bench_env = {**os.environ, "PYTHONPATH": str(ROOT)}
+        bench = (["taskset", "-c", ",".join(map(str, sorted(others)))] if others else []) + [
+                 sys.executable, "-m", "naiad", "bench", "-m", model, "-u", url, "-i", protocol,
+                 "--concurrency-range", str(concurrency), "--no-progress", "-p"]
+        subprocess.run(bench + ["500"], capture_output=True, env=bench_env)  # warm-up
+        before = (_success(http_port, model), time.monotonic(), _cpu(host), sum(map(_cpu, fronts)),
+                  sum(map(_cpu, workers)))
+        subprocess.run(bench + [str(int(seconds * 1000))], capture_output=True, env=bench_env)
+        after = (_success(http_port, model), time.monotonic(), _cpu(host), sum(map(_cpu, fronts)),
+                 sum(map(_cpu, workers)))
+        requests = max(after[0] - before[0], 1)
         return {"rps": requests / (after[1] - before[1]),
                 "host_us": (after[2] - before[2]) * 1e6 / requests,
                 "front_us": (after[3] - before[3]) * 1e6 / requests,
@@ -100,15 +152,35 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--seconds", type=float, default=5.0)
     parser.add_argument("--concurrency", type=int, default=16)
+    parser.add_argument("--models", default="add_sub,identity")
+    parser.add_argument("--protocols", default="http,grpc")
+    parser.add_argument("--processes", default="1,2", help="front-end process counts to measure")
+    parser.add_argument("--root", action="append", type=Path, help="a naiad tree to serve (repeatable)")
+    parser.add_argument("--rounds", type=int, default=1)
+    parser.add_argument("--pin-host", action="store_true",
+                        help="run the model host alone on the last core, and the front ends, workers and load "
+                             "generator on the others (as on a many-core machine, where the host's core is its own)")
     args = parser.parse_args()
-    print(f"{'protocol':8} {'N':>2} {'req/s':>8} {'host µs':>8} {'front µs':>9} {'worker µs':>9}   "
-          f"predicted req/s at 4 / 8 / 16 cores")
-    for protocol in ("http", "grpc"):
-        for processes in (1, 2):
-            row = measure(protocol, processes, args.seconds, args.concurrency)
-            prediction = " / ".join(f"{predict(row, c):,.0f}" for c in (4, 8, 16)) if processes > 1 else "-"
-            print(f"{protocol:8} {processes:>2} {row['rps']:>8,.0f} {row['host_us']:>8.1f} {row['front_us']:>9.1f} "
-                  f"{row['worker_us']:>9.1f}   {prediction}", flush=True)
+    trees = [t.resolve() for t in args.root] if args.root else [ROOT]
+    label = len(trees) > 1
+    print(f"{'tree ' * label}{'model':9} {'protocol':8} {'N':>2} {'req/s':>8} {'host µs':>8} {'front µs':>9} "
+          f"{'worker µs':>9}   predicted req/s at 4 / 8 / 16 cores", flush=True)
+    with tempfile.TemporaryDirectory(prefix="naiad-multicore-") as tmp:
+        repo = repository(Path(tmp))
+        for _ in range(args.rounds):
+            for model in args.models.split(","):
+                for protocol in args.protocols.split(","):
+                    for processes in map(int, args.processes.split(",")):
+                        for index, tree in enumerate(trees):
+                            row = measure(tree, repo, model, protocol, processes, args.seconds, args.concurrency,
+                                          args.pin_host and processes > 1)
+                            # From one process's figures the host's share can't be told from the front end's.
+                            prediction = (" / ".join(f"{predict(row, c):,.0f}" for c in (4, 8, 16))
+                                          if processes > 1 else "-")
+                            print(f"{'AB'[index] if index < 2 else index:4} " * label
+                                  + f"{model:9} {protocol:8} {processes:>2} {row['rps']:>8,.0f} "
+                                  f"{row['host_us']:>8.1f} {row['front_us']:>9.1f} {row['worker_us']:>9.1f}   "
+                                  f"{prediction}", flush=True)
     return 0
 
 

@@ -101,12 +101,14 @@ class ModelVersion:
     def ready(self) -> bool:
         return self.loaded.ready
 
-    def submit(self, request: InferRequest) -> "asyncio.Future[InferResponse]":
+    def submit(self, request: InferRequest, future: asyncio.Future[InferResponse] | None = None
+               ) -> "asyncio.Future[InferResponse]":
         """Check the request and queue it; the future resolves to a response (its ``error`` may be set).
 
         For a decoupled model the future only says the execution ended (its response matters only if it
         carries an error); the responses themselves go to ``request.responder``. Cancelling the future
-        tells the model the client went away."""
+        tells the model the client went away. ``future``: one the caller made (the model host's links pass
+        one that answers synchronously); by default a new one on the running loop."""
         request.arrival_ns = time.perf_counter_ns()
         try:
             self.signature.check(request)
@@ -116,7 +118,8 @@ class ModelVersion:
             # these out of the statistics entirely.
             self.stats.record_refusal(time.perf_counter_ns() - request.arrival_ns, exc.message)
             raise
-        future: asyncio.Future[InferResponse] = asyncio.get_running_loop().create_future()
+        if future is None:
+            future = asyncio.get_running_loop().create_future()
         request.model_version = self.version_str
         if self.cache is not None and self._cached(request, future):
             return future

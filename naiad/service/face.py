@@ -85,9 +85,11 @@ class Service:
         self._check_created()
         return self.repository.get(name, version).view
 
-    def infer(self, request: InferRequest, view: ModelView | None = None) -> "asyncio.Future[InferResponse]":
+    def infer(self, request: InferRequest, view: ModelView | None = None,
+              future: asyncio.Future[InferResponse] | None = None) -> "asyncio.Future[InferResponse]":
         """Queue a request. Raises ``InferError`` for a request that can't be queued. A decoupled model
-        answers only through ``stream``."""
+        answers only through ``stream``. ``future``: where the answer goes, when the caller made it (the model
+        host's links: one resolved synchronously); by default a new asyncio future."""
         if not self.accepting:
             raise unavailable("Server is not ready to accept requests (shutting down)")
         model: ModelVersion = (self.repository.get(request.model_name, request.model_version) if view is None
@@ -96,7 +98,7 @@ class Service:
             raise InferError(f"model '{model.name}' uses the decoupled transaction policy: its responses can only be "
                              "streamed (gRPC ModelStreamInfer, HTTP generate_stream, BLS exec(decoupled=True))",
                              Code.UNSUPPORTED)
-        future = self._submit(request, model)
+        future = self._submit(request, model, future)
         self._pending[future] = request
         future.add_done_callback(self._finished)
         return future
@@ -105,7 +107,8 @@ class Service:
     def in_flight(self) -> int:
         return len(self._pending) + len(self._streams)
 
-    def _submit(self, request: InferRequest, model: ModelVersion) -> "asyncio.Future[InferResponse]":
+    def _submit(self, request: InferRequest, model: ModelVersion,
+                future: asyncio.Future[InferResponse] | None = None) -> "asyncio.Future[InferResponse]":
         """``model.submit``, tracing the request when the tracer samples it (its trace ends with the execution).
         Tracing off costs the one attribute test."""
         trace = None
@@ -113,7 +116,7 @@ class Service:
             trace = request.trace = self.tracer.sample(model.name, model.version_str, request.id)
             if trace is not None:
                 trace.add("QUEUE_START")  # before submit: a free instance may start executing within it
-        future = model.submit(request)
+        future = model.submit(request, future)
         if trace is not None:
             future.add_done_callback(lambda _: trace.end())
         return future

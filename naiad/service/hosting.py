@@ -32,6 +32,54 @@ def error_value(exc: BaseException) -> tuple[str, str, str]:
     return type(exc).__name__, exc.code.name, exc.message
 
 
+class Answer:
+    """A unary request's future at the host, as the face and the model use one (``done``, ``cancelled``,
+    ``set_result``, ``cancel``, ``add_done_callback``), resolved synchronously: the answer is queued for the front
+    end within ``set_result`` and the callbacks run there too, with no future, no loop callback and no closure
+    per request. Nothing awaits it."""
+
+    __slots__ = ("callbacks", "id", "link", "state")
+
+    def __init__(self, link: Link, id_: int) -> None:
+        self.link = link
+        self.id = id_
+        self.state = 0  # 1: answered, 2: cancelled
+        self.callbacks: list[Callable[[Answer], object]] = []
+
+    def done(self) -> bool:
+        return self.state != 0
+
+    def cancelled(self) -> bool:
+        return self.state == 2
+
+    def add_done_callback(self, callback: Callable[[Answer], object]) -> None:
+        if self.state:
+            callback(self)
+        else:
+            self.callbacks.append(callback)
+
+    def set_result(self, response: InferResponse) -> None:
+        if self.state:
+            raise asyncio.InvalidStateError("already answered")
+        self.state = 1
+        for callback in self.callbacks:
+            callback(self)
+        self.callbacks = []
+        link = self.link
+        if link.requests.pop(self.id, None) is self:
+            link._result(self.id, response)
+
+    def cancel(self) -> bool:
+        """The front end cancelled it (its client went away) or is gone: it expects no answer."""
+        if self.state:
+            return False
+        self.state = 2
+        for callback in self.callbacks:
+            callback(self)
+        self.callbacks = []
+        return True
+
+
 class Link(ChannelEnd):
     """One front-end process, as the host sees it: its channel and the requests it has in flight here."""
 
@@ -48,7 +96,8 @@ class Link(ChannelEnd):
         self._next_use = 0
         self.ready = asyncio.Event()
         self.on_ready: Callable[[], None] | None = None
-        self.requests: dict[int, asyncio.Future] = {}  # unary futures and stream / call tasks, by the front end's id
+        # Unary answers and stream / call tasks, by the front end's id.
+        self.requests: dict[int, Answer | asyncio.Future] = {}
 
     def _channel_lost(self) -> None:
         self.lost()
@@ -139,21 +188,27 @@ class Link(ChannelEnd):
         future.add_done_callback(lambda f: self.requests.pop(id_, None) if self.requests.get(id_) is f else None)
 
     def _infer(self, message: tuple) -> None:
-        id_ = message[1]
-        request = self._decode(message)
+        # Decoded straight into the request (the hot path: no intermediate objects).
+        (_, id_, name, version, request_id, inputs, requested, parameters, correlation_id, flags, priority,
+         timeout_us, raw_input) = message
+        unpack = self.channel.unpack
+        arrays = {}
+        for record in inputs:
+            input_name, array = unpack(False, *record)
+            arrays[input_name] = array
+        request = InferRequest(name, version, request_id, arrays, requested, parameters)
+        request.correlation_id = correlation_id
+        request.flags = flags
+        request.priority = priority
+        request.timeout_us = timeout_us
+        request.raw_input = raw_input
+        answer = Answer(self, id_)
+        self.requests[id_] = answer
         try:
-            future = self.service.infer(request)
+            self.service.infer(request, None, answer)  # type: ignore[arg-type]
         except InferError as exc:
-            self._result(id_, InferResponse(request.model_name, request.model_version, request.id, error=exc))
-            return
-        self.requests[id_] = future
-        future.add_done_callback(lambda f: self._answer(id_, f))
-
-    def _answer(self, id_: int, future: asyncio.Future) -> None:
-        if future.cancelled():
-            return  # the front end cancelled it: it expects no answer
-        self.requests.pop(id_, None)
-        self._result(id_, future.result())
+            self.requests.pop(id_, None)
+            self._result(id_, InferResponse(name, version, request_id, error=exc))
 
     def _result(self, id_: int, response: InferResponse) -> None:
         error = response.error

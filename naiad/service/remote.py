@@ -17,6 +17,7 @@ import os
 import select
 import socket
 from collections import deque
+from functools import partial
 from pathlib import Path
 from typing import Any, AsyncIterator, Callable
 
@@ -151,7 +152,9 @@ class RemoteService(ChannelEnd, Service):
         self._open(sock)
         self._on_lost = on_lost
         self._next_id = 0
-        self._unary: dict[int, asyncio.Future] = {}
+        # Unary requests at the host: their future, and the callback that tells the host when one is cancelled
+        # (taken off before the answer is set, so an answered request costs no loop callback).
+        self._unary: dict[int, tuple[asyncio.Future, Callable[[asyncio.Future], None]]] = {}
         self._queues: dict[int, asyncio.Queue] = {}
         self._calls: dict[int, Any] = {}  # async calls: future; synchronous: None until the reply
         self._waiting: deque[tuple[int, tuple]] = deque()  # over MAX_IN_FLIGHT, in order
@@ -221,11 +224,17 @@ class RemoteService(ChannelEnd, Service):
     def _result(self, message: tuple) -> None:
         _, id_, name, version, response_id, outputs, parameters, error, final = message
         unpack = self.channel.unpack
-        response = InferResponse(name, version, response_id, dict(unpack(False, *t) for t in outputs), parameters,
+        arrays = {}
+        for record in outputs:
+            output_name, array = unpack(False, *record)
+            arrays[output_name] = array
+        response = InferResponse(name, version, response_id, arrays, parameters,
                                  None if error is None else error_of(error))
         response.final = final
-        future = self._unary.pop(id_, None)
-        if future is not None:
+        unary = self._unary.pop(id_, None)
+        if unary is not None:
+            future, on_cancel = unary
+            future.remove_done_callback(on_cancel)
             self._done()
             if not future.done():
                 future.set_result(response)
@@ -270,7 +279,8 @@ class RemoteService(ChannelEnd, Service):
             self._unsent.add(id_)
             self._waiting.append((id_, message))
 
-    def infer(self, request: InferRequest, view: ModelView | None = None) -> "asyncio.Future[InferResponse]":
+    def infer(self, request: InferRequest, view: ModelView | None = None,
+              future: asyncio.Future[InferResponse] | None = None) -> "asyncio.Future[InferResponse]":
         if not self.accepting:
             raise unavailable("Server is not ready to accept requests (shutting down)")
         if view is None:
@@ -281,14 +291,17 @@ class RemoteService(ChannelEnd, Service):
                              Code.UNSUPPORTED)
         assert self.loop is not None
         id_ = self._id()
-        future: asyncio.Future[InferResponse] = self.loop.create_future()
-        self._unary[id_] = future
-        future.add_done_callback(lambda f: self._cancelled(id_) if f.cancelled() else None)
+        if future is None:
+            future = self.loop.create_future()
+        on_cancel = partial(self._cancelled, id_)
+        self._unary[id_] = (future, on_cancel)
+        future.add_done_callback(on_cancel)
         self._forward(id_, self._request(wire.INFER, id_, request))
         return future
 
-    def _cancelled(self, id_: int) -> None:
-        if self._unary.pop(id_, None) is not None:
+    def _cancelled(self, id_: int, future: asyncio.Future) -> None:
+        """``future`` is done before its answer came: cancelled (by its front end: the client went away)."""
+        if future.cancelled() and self._unary.pop(id_, None) is not None:
             sent = not self._withdraw(id_)
             if sent:
                 self.send((wire.CANCEL, id_))
