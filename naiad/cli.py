@@ -137,6 +137,11 @@ def build_parser() -> argparse.ArgumentParser:
                        help="processes that serve the HTTP, gRPC and SageMaker ports, each calling this one (the model "
                             "host) through shared memory; 1: one process does everything. auto: 1 on hosts with 2 "
                             "cores or fewer, else one per core but one (at most 16)")
+    serve.add_argument("--idle-poll-us", type=int, default=200, metavar="MICROSECONDS",
+                       help="naiad only: after an answer, with no request in flight, the front end keeps polling for "
+                            "the next request for up to this long (adapting to the client's pace) rather than "
+                            "sleeping at once, which saves the CPU and latency of waking up at low concurrency; 0: "
+                            "never")
     serve.add_argument("--shared-memory-max-regions", type=int, default=1024, metavar="N",
                        help="most system shared memory regions registered at once (each keeps a descriptor open)")
     http_options.add_arguments(serve, _flag)
@@ -292,6 +297,7 @@ def serve(args: argparse.Namespace) -> int:
         sagemaker=sagemaker,
         log_settings=log_settings,
         trace=trace,
+        idle_poll_us=args.idle_poll_us,
     )
     try:
         processes = frontend_processes(args.frontend_processes)

@@ -17,6 +17,7 @@ from naiad.core.errors import STATUS_NAMES, InferError, internal, invalid
 from naiad.core.settings import LogSettings
 from naiad.core.stats import ModelStats
 from naiad.core.tracing import Tracer
+from naiad.frontends import poll
 from naiad.frontends.connections import Gate, gates, raise_nofile
 from naiad.frontends.grpc.options import GrpcOptions
 from naiad.frontends.http.limits import Listener
@@ -77,6 +78,7 @@ class ServerOptions:
     http: HttpOptions = field(default_factory=HttpOptions)  # restricted APIs, header forwarding
     log_settings: LogSettings | None = None  # as the command line configured logging
     trace: dict[str, Any] = field(default_factory=dict)  # the tracer's start-up values (--trace-config)
+    idle_poll_us: int = poll.DEFAULT_US  # --idle-poll-us (naiad/frontends/poll.py)
 
 
 class Server:
@@ -195,6 +197,8 @@ class Server:
         """Listen on the HTTP, SageMaker and gRPC ports (the model host of --frontend-processes N starts
         processes that do instead)."""
         admission = self._gates()
+        poll.POLL.configure(self.options.idle_poll_us)
+        poll.POLL.watch(lambda: self.service.in_flight)
         if self.options.allow_http:
             router = Router(self.service, self.options.http, self.options.http_max_input_size)
             protocol = HttpProtocol

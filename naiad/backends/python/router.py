@@ -227,14 +227,21 @@ class Router:
     # --- incoming ------------------------------------------------------------------------------------------------
 
     def on_readable(self) -> None:
-        try:
-            messages = self.ch.receive()  # type: ignore[union-attr]
-        except EOFError:
-            self._died()
-            return
-        routes = self._routes
-        for message in messages:
-            routes[message[0]](*message)
+        # A datagram at a time, and another only while answers are still due: after the last one, trying again
+        # would be a system call that finds nothing (the loop's poll reports anything else that comes).
+        ch, routes = self.ch, self._routes
+        while True:
+            try:
+                messages = ch.receive(one=True)  # type: ignore[union-attr]
+            except EOFError:
+                self._died()
+                return
+            if not messages:
+                return
+            for message in messages:
+                routes[message[0]](*message)
+            if not self.pending or self.ch is not ch:
+                return
 
     @reads(M.Done)
     def _executed(self, kind: int, tag: int, error: tuple | None, responses: list | None, input_ns: int,

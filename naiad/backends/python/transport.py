@@ -215,9 +215,10 @@ class Channel:
                 self._backlog.popleft()
             return True
 
-    def receive(self, wait: bool = False) -> list[Message]:
-        """Every message waiting now (possibly none); with ``wait`` (blocking socket) the next message, waiting
-        for it. Raises EOFError once the other end is gone."""
+    def receive(self, wait: bool = False, one: bool = False) -> list[Message]:
+        """Every message waiting now (possibly none); with ``one``, those of the next datagram only (none if none
+        waits); with ``wait`` (blocking socket) the next message, waiting for it. Raises EOFError once the other
+        end is gone."""
         out: list[Message] = []
         buffer = self._buffer
         view = memoryview(buffer)
@@ -260,7 +261,7 @@ class Channel:
                 out.extend(M.Batch.of(message).messages)  # type: ignore[attr-defined]
             else:
                 out.append(message)
-            if wait:
+            if wait or one:
                 return out
 
     def receive_raw(self) -> bytes:

@@ -52,6 +52,7 @@ from naiad.frontends.http2.events import (
 )
 from naiad.frontends.http2.frames import NO_ERROR, literal, literal_indexed_name
 from naiad.frontends.http2.limits import Limits
+from naiad.frontends.poll import POLL
 
 log = logging.getLogger("naiad.grpc")
 
@@ -154,6 +155,7 @@ class Connection(asyncio.Protocol):
         self.timer: asyncio.TimerHandle | None = None  # the preface, then the idle timeout
         self.active = True  # a call began since the timer last looked
         self.quiet = 0  # idle-timer ticks in a row with no call
+        self.loop: asyncio.AbstractEventLoop | None = None
 
     # -- connection ---------------------------------------------------------------------------------------
 
@@ -163,7 +165,7 @@ class Connection(asyncio.Protocol):
         gate = server.gate
         self.address = address = peer_address(transport)
         self.refused = refused = gate.admit(address)
-        loop = asyncio.get_running_loop()
+        self.loop = loop = asyncio.get_running_loop()
         self.opened = loop.time()
         delay = min(server.preface_timeout or INF, server.idle_timeout / 2 or INF)
         if refused is not None:
@@ -212,6 +214,8 @@ class Connection(asyncio.Protocol):
         data = self.h2.data_to_send()
         if data and self.transport is not None:
             self.transport.write(data)
+            if not self.calls:
+                POLL.answered(self.loop)  # (poll.py)
 
     def wrote(self) -> None:
         """After an answer was queued: write it now, unless data_received will at its end."""
@@ -258,6 +262,7 @@ class Connection(asyncio.Protocol):
             self.transport.close()
 
     def data_received(self, data: bytes) -> None:
+        POLL.arrived()
         self.receiving = True
         try:
             for event in self.h2.receive(data):

@@ -27,6 +27,7 @@ import orjson
 from naiad.frontends.connections import PORT_FULL, peer_address
 from naiad.frontends.http.limits import INF, Listener
 from naiad.frontends.http.routes import Router
+from naiad.frontends.poll import POLL
 from naiad.frontends.replies import Deferred, Reply, Streamed
 
 log = logging.getLogger("naiad.http")
@@ -230,6 +231,7 @@ class HttpProtocol(asyncio.Protocol):
         self._flush()
 
     def data_received(self, data: bytes) -> None:
+        POLL.arrived()
         if self.ending:
             return  # refused or lingering: input is dropped
         self.now = self.clock()
@@ -566,6 +568,7 @@ class HttpProtocol(asyncio.Protocol):
             self._refill()
         if not slots and self.phase == IDLE:  # nothing pending: the keep-alive timeout starts
             self.since = self.clock()
+            POLL.answered(self.loop)  # (poll.py)
 
     def _body_size_message(self, size: int | None = None) -> str:
         """Newer Triton's words for its --http-max-input-size refusal; ``size``: the declared Content-Length."""

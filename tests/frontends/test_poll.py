@@ -1,0 +1,134 @@
+"""Polling after an answer (naiad/frontends/poll.py): bounded, stopped by work in flight, adapting to the client."""
+
+from __future__ import annotations
+
+import asyncio
+import http.client
+import json
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+import tritonclient.grpc as grpcclient
+
+from naiad.frontends import poll
+from naiad.frontends.poll import IdlePoll
+from tests.server import EXAMPLES, RunningServer
+
+BODY = json.dumps({"inputs": [
+    {"name": "INPUT0", "shape": [4], "datatype": "FP32", "data": [1.0, 2.0, 3.0, 4.0]},
+    {"name": "INPUT1", "shape": [4], "datatype": "FP32", "data": [10.0, 20.0, 30.0, 40.0]}]})
+
+
+def _cpu_ns(pid: int) -> int:
+    """CPU time of every thread of ``pid`` and of its children (the Python workers), in ns."""
+    total = 0
+    pids = [pid]
+    for task in Path(f"/proc/{pid}/task").iterdir():
+        children = task / "children"
+        if children.exists():
+            pids += [int(p) for p in children.read_text().split()]
+    for one in pids:
+        for task in Path(f"/proc/{one}/task").iterdir():
+            total += int((task / "schedstat").read_text().split()[0])
+    return total
+
+
+def test_polls_only_while_idle_and_for_its_window() -> None:
+    async def main() -> None:
+        loop = asyncio.get_running_loop()
+        idle = IdlePoll(max_us=4000)  # a 1 ms window to start with
+        in_flight = [1]
+        idle.watch(lambda: in_flight[0])
+        idle.answered(loop)
+        assert not idle.polling  # a request is still in flight: its worker may need the core
+        in_flight[0] = 0
+        idle.answered(loop)
+        assert idle.polling
+        turns = 0
+        started = time.perf_counter()
+        while idle.polling and time.perf_counter() - started < 1:
+            turns += 1
+            await asyncio.sleep(0)
+        assert 0.0009 < time.perf_counter() - started < 0.5
+        assert turns > 10  # the loop kept turning rather than sleeping
+        idle.answered(loop)
+        await asyncio.sleep(0)
+        in_flight[0] = 1  # a request came in: polling ends at the next turn
+        for _ in range(3):
+            await asyncio.sleep(0)
+        assert not idle.polling
+
+    asyncio.run(main())
+
+
+def test_window_adapts_to_the_client(monkeypatch: pytest.MonkeyPatch) -> None:
+    clock = [1_000_000_000]
+    monkeypatch.setattr(poll, "_now", lambda: clock[0])
+    idle = IdlePoll(max_us=200)
+    idle.watch(lambda: 0)
+    assert idle.window_ns == 50_000
+
+    def pause(ns: int) -> None:
+        idle.idle_since = clock[0]  # as answered() notes it
+        clock[0] += ns
+        idle.arrived()
+
+    pause(30_000)  # caught by the window: unchanged
+    assert idle.window_ns == 50_000
+    pause(80_000)  # a longer window would have caught it
+    assert idle.window_ns == 100_000
+    pause(150_000)
+    assert idle.window_ns == 200_000
+    pause(190_000)
+    assert idle.window_ns == 200_000  # at most the maximum
+    pause(5_000_000)  # a client that pauses longer than any window: polling is wasted, so less of it
+    assert idle.window_ns == 100_000
+    pause(5_000_000)
+    assert idle.window_ns == 50_000
+    pause(5_000_000)
+    assert idle.window_ns == 0  # off until requests come quickly again
+    pause(5_000_000)
+    assert idle.window_ns == 0
+    pause(60_000)
+    assert idle.window_ns == 50_000
+    idle.arrived()  # bytes of a request already counted: nothing to learn
+    assert idle.window_ns == 50_000
+
+
+def test_off() -> None:
+    idle = IdlePoll(max_us=0)
+    idle.watch(lambda: 0)
+    idle.answered(asyncio.new_event_loop())
+    assert not idle.polling
+
+
+@pytest.mark.skipif(not Path("/proc/self/task").exists(), reason="reads the server's CPU time from /proc")
+def test_a_served_client_costs_no_polling_once_it_stops() -> None:
+    """Answers over HTTP and gRPC are right with polling on, and the server sleeps once its client stops: the
+    polling after the last answer is bounded by the window (a loop that kept polling would burn a core)."""
+    server = RunningServer([EXAMPLES], "--idle-poll-us", "200")
+    try:
+        a = np.array([1, 2, 3, 4], dtype=np.float32)
+        b = np.array([10, 20, 30, 40], dtype=np.float32)
+        connection = http.client.HTTPConnection(server.url)
+        for _ in range(50):
+            connection.request("POST", "/v2/models/add_sub/infer", BODY, {"Content-Type": "application/json"})
+            answer = json.loads(connection.getresponse().read())
+            assert answer["outputs"][0]["data"] == [11.0, 22.0, 33.0, 44.0]
+        with grpcclient.InferenceServerClient(server.grpc_url) as client:
+            inputs = [grpcclient.InferInput("INPUT0", [4], "FP32"), grpcclient.InferInput("INPUT1", [4], "FP32")]
+            inputs[0].set_data_from_numpy(a)
+            inputs[1].set_data_from_numpy(b)
+            for _ in range(50):
+                result = client.infer("add_sub", inputs)
+                np.testing.assert_array_equal(result.as_numpy("OUTPUT1"), a - b)
+        connection.close()
+        time.sleep(0.2)
+        before = _cpu_ns(server.proc.pid)
+        time.sleep(1.0)
+        spent = _cpu_ns(server.proc.pid) - before
+        assert spent < 100_000_000, f"the idle server used {spent / 1e6:.0f} ms of CPU in 1 s"
+    finally:
+        server.stop()
