@@ -11,6 +11,7 @@ import asyncio
 import logging
 import time
 from collections import deque
+from functools import partial
 from typing import TYPE_CHECKING, Callable
 
 from naiad.backends.base import Execution, Instance
@@ -47,7 +48,7 @@ def run(instance: Instance, requests: list[InferRequest], finish: Finish) -> Non
     submit = getattr(instance, "submit", None)  # duck-typed instances (tests) may lack it
     if submit is not None:  # the backend calls back itself (worker processes): no future, no task
         try:
-            submit(requests, lambda result: finish(instance, requests, result))
+            submit(requests, partial(finish, instance, requests))
         except Exception as exc:
             finish(instance, requests, failed_execution(requests, str(exc)))
         return
