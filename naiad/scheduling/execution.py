@@ -81,8 +81,10 @@ def record(stats: ModelStats, requests: list[InferRequest], result: Execution, s
     if result.started_ns > started_ns:  # the instance started it later than it was handed over: queue time
         started_ns = result.started_ns
     inferences = 0
+    queue_ns = 0  # (only counted if it did not fail)
     for r in requests:
         inferences += r.batch_size or 1
+        queue_ns += started_ns - r.arrival_ns
         if r.trace is not None:
             _trace_compute(r, result, started_ns)
     stats.record_execution(inferences if batch_size is None else batch_size, result.input_ns, result.infer_ns,
@@ -91,9 +93,6 @@ def record(stats: ModelStats, requests: list[InferRequest], result: Execution, s
         _log_failure(requests, result)
     else:
         n = len(requests)
-        queue_ns = 0
-        for r in requests:
-            queue_ns += started_ns - r.arrival_ns
         if stats.queue.window is None:  # no summaries (the default): the four durations added in place
             stats.queue.count += n
             stats.queue.ns += queue_ns
