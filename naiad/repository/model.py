@@ -137,7 +137,8 @@ class ModelVersion:
             if self._early:
                 request.responder = None  # (it refers to the request: no cycle to outlive it)
             raise
-        future.add_done_callback(lambda f: self._cancel(request) if f.cancelled() else None)
+        if not future.done():  # (answered already by an inline run: nothing left to cancel, no callback)
+            future.add_done_callback(lambda f: self._cancel(request) if f.cancelled() else None)
         return future
 
     def _cancel(self, request: InferRequest) -> None:
