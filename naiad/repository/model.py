@@ -216,7 +216,12 @@ class ModelVersion:
         done = future.done()  # (nothing below until set_result changes it)
         answered = done and not future.cancelled()  # early, by _answer_early: outputs already selected
         if response.error is None and not answered:
-            selected = self._selected(response, request)
+            try:  # (``_selected``, inline: this runs for every request)
+                selected = self.signature.select_outputs(response.outputs, request)
+            except InferError as exc:
+                response.outputs = {}
+                response.error = exc
+                selected = None
             if selected is None:
                 failed = "OTHER"
             else:

@@ -197,5 +197,5 @@ class InstancePool:
         self._idle.append(instance)
 
 
-def now_ns() -> int:
-    return time.perf_counter_ns()
+# The clock itself, not a function around it: one Python frame fewer per execution.
+now_ns = time.perf_counter_ns
