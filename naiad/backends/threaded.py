@@ -52,6 +52,8 @@ class ThreadedInstance(Instance):
         self.output_names = [o.name for o in config.output]
         # A scalar the framework returns for an output the config gives dims (e.g. [1]) takes those dims.
         self.output_dims = {o.name: tuple(o.dims) for o in config.output}
+        # Whether ``_shaped`` can change anything: without, a request's outputs are taken as the model made them.
+        self._shapes_scalars = not self.batching and any(self.output_dims.values())
         self._executor = ThreadPoolExecutor(1, thread_name_prefix=f"naiad-{name}")
         # Executions run one at a time, on the thread or (while none is held there) inline: these need no lock.
         self._runs = 0
@@ -120,19 +122,21 @@ class ThreadedInstance(Instance):
         responses: list[InferResponse] = []
         infer_ns = output_ns = 0
         failed = False
+        run, clock, shaped = self.run, time.perf_counter_ns, self._shapes_scalars
         # Without a batch dimension requests can't be joined: each runs alone.
         for request in requests:
-            t0 = time.perf_counter_ns()
+            t0 = clock()
             t1 = t0
             try:
-                outputs = self.run(request.inputs)
-                t1 = time.perf_counter_ns()
-                outputs = {n: self._shaped(n, a) for n, a in outputs.items()}
+                outputs = run(request.inputs)
+                t1 = clock()
+                if shaped:
+                    outputs = {n: self._shaped(n, a) for n, a in outputs.items()}
                 responses.append(InferResponse(self.model_name, self.version_str, request.id, outputs))
             except Exception as exc:
                 responses.append(self._error(request, exc))
                 failed = True
-            t2 = time.perf_counter_ns()
+            t2 = clock()
             # Inputs are handed over as they are (no gathering), so all time before the outputs is inference.
             infer_ns += t1 - t0
             output_ns += t2 - t1

@@ -11,6 +11,7 @@ import numpy as np
 from naiad.config import ModelConfig, pb
 from naiad.core.datatypes import (
     CONFIG_TO_WIRE,
+    NUMPY_TO_WIRE,
     WILDCARD,
     WIRE_TO_NUMPY,
     dims_str,
@@ -30,12 +31,13 @@ _BATCH_NOTE = (
 
 
 class TensorSpec:
-    __slots__ = ("name", "datatype", "dims", "reshape", "optional", "is_shape_tensor")
+    __slots__ = ("name", "datatype", "dims", "fixed", "reshape", "optional", "is_shape_tensor")
 
     def __init__(self, io: pb.ModelInput | pb.ModelOutput) -> None:
         self.name: str = io.name
         self.datatype: str = CONFIG_TO_WIRE.get(pb.DataType.Name(io.data_type), "")
         self.dims: tuple[int, ...] = tuple(io.dims)
+        self.fixed = WILDCARD not in self.dims  # a shape matches by one tuple comparison
         self.reshape: tuple[int, ...] | None = tuple(io.reshape.shape) if io.HasField("reshape") else None
         self.optional: bool = getattr(io, "optional", False)
         self.is_shape_tensor: bool = io.is_shape_tensor
@@ -108,7 +110,7 @@ class Signature:
             spec = specs.get(input_name)
             if spec is None:
                 raise self.unexpected_input(input_name)
-            datatype = numpy_to_wire(array.dtype)
+            datatype = NUMPY_TO_WIRE.get(array.dtype) or numpy_to_wire(array.dtype)
             if datatype != spec.datatype:
                 raise invalid(
                     f"{_log(request)}inference input '{input_name}' data-type is '{datatype}', but model '{name}' "
@@ -116,7 +118,8 @@ class Signature:
                 )
             shape = array.shape[1:] if batch_size and not spec.is_shape_tensor else array.shape
             dims = spec.dims
-            if len(shape) != len(dims) or any(c != WILDCARD and c != s for c, s in zip(dims, shape)):
+            if (shape != dims if spec.fixed else
+                    len(shape) != len(dims) or any(c != WILDCARD and c != s for c, s in zip(dims, shape))):
                 full = ((WILDCARD,) + dims) if self.max_batch_size > 0 else dims
                 note = _BATCH_NOTE if self.max_batch_size > 0 else ""
                 raise invalid(

@@ -47,12 +47,12 @@ CONFIG_TO_WIRE["TYPE_STRING"] = "BYTES"
 WIRE_TO_CONFIG: dict[str, str] = {w: c for c, w in CONFIG_TO_WIRE.items()}
 
 # NumPy dtype -> wire name. Fixed-width bytes/str arrays are BYTES too.
-_NUMPY_TO_WIRE: dict[np.dtype, str] = {d: w for w, d in WIRE_TO_NUMPY.items()}
+NUMPY_TO_WIRE: dict[np.dtype, str] = {d: w for w, d in WIRE_TO_NUMPY.items()}
 
 
 def numpy_to_wire(dtype: np.dtype) -> str | None:
     dtype = np.dtype(dtype)
-    wire = _NUMPY_TO_WIRE.get(dtype)
+    wire = NUMPY_TO_WIRE.get(dtype)
     if wire is None and dtype.kind in "SUO":
         return "BYTES"
     return wire

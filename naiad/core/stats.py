@@ -128,9 +128,14 @@ class ModelStats:
         per_batch = self.batch.get(batch_size)
         if per_batch is None:
             per_batch = self.batch[batch_size] = (Duration(), Duration(), Duration())
-        per_batch[0].add(input_ns)
-        per_batch[1].add(infer_ns)
-        per_batch[2].add(output_ns)
+        # Batch durations never keep a window: added in place, three calls fewer per execution.
+        d_input, d_infer, d_output = per_batch
+        d_input.count += 1
+        d_input.ns += input_ns
+        d_infer.count += 1
+        d_infer.ns += infer_ns
+        d_output.count += 1
+        d_output.ns += output_ns
 
     def as_dict(self, name: str, version: str) -> dict[str, Any]:
         return {

@@ -441,7 +441,8 @@ class ModelRepository:
             # Unknown, or never got past polling: Triton has no such model at all.
             raise not_found(f"Request for unknown model: '{name}' is not found")
         if not version:
-            model = entry.latest()
+            versions = entry.versions  # (entry.latest(), inline: this runs for every request)
+            model = versions[max(versions)] if versions else None
             if model is None:
                 # Triton's words, which clients match; then why, when a load failed.
                 why = "; ".join(f"version {v} failed to load: {r}" for v, r in sorted(entry.failed.items()))

@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
+from functools import partial
 from pathlib import Path
 from typing import Any, Awaitable, Callable
 
@@ -129,13 +130,15 @@ class ModelVersion:
             request.responder = lambda response: self._answer_early(request, response, future)
         self.in_flight += 1
         try:
-            self.scheduler.enqueue(request, lambda req, resp, failed: self._complete(req, resp, failed, future))
+            # A positional partial (called from C): no closure and no frame of its own per request.
+            self.scheduler.enqueue(request, partial(self._complete, future))
         except BaseException:
             self.in_flight -= 1
             if self._early:
                 request.responder = None  # (it refers to the request: no cycle to outlive it)
             raise
-        future.add_done_callback(lambda f: self._cancel(request) if f.cancelled() else None)
+        if not future.done():  # (answered already by an inline run: nothing left to cancel, no callback)
+            future.add_done_callback(lambda f: self._cancel(request) if f.cancelled() else None)
         return future
 
     def _cancel(self, request: InferRequest) -> None:
@@ -197,8 +200,8 @@ class ModelVersion:
         future.set_result(response)
         return True
 
-    def _complete(self, request: InferRequest, response: InferResponse, failed: bool | str,
-                  future: asyncio.Future, retried: bool = False) -> None:
+    def _complete(self, future: asyncio.Future, request: InferRequest, response: InferResponse,
+                  failed: bool | str, retried: bool = False) -> None:
         if (failed and self.free_memory is not None and not retried and response.error is not None
                 and not self.decoupled and not future.done() and out_of_memory(response.error.message)):
             asyncio.ensure_future(self._retry(request, response, failed, future))
@@ -210,24 +213,28 @@ class ModelVersion:
             # The early responder refers to the request: dropped now, the request (and the shared memory its
             # inputs may view) goes when its last user does, not at the next garbage collection.
             request.responder = None
-        reason = failed if isinstance(failed, str) else "BACKEND"
-        answered = future.done() and not future.cancelled()  # early, by _answer_early: outputs already selected
+        done = future.done()  # (nothing below until set_result changes it)
+        answered = done and not future.cancelled()  # early, by _answer_early: outputs already selected
         if response.error is None and not answered:
-            selected = self._selected(response, request)
+            try:  # (``_selected``, inline: this runs for every request)
+                selected = self.signature.select_outputs(response.outputs, request)
+            except InferError as exc:
+                response.outputs = {}
+                response.error = exc
+                selected = None
             if selected is None:
-                failed = True
-                reason = "OTHER"
+                failed = "OTHER"
             else:
                 if request.cache_key is not None and not failed:
                     self._store(request, response)
                 response.outputs = selected
         elapsed = time.perf_counter_ns() - request.arrival_ns
         if failed:
-            self.stats.record_failure(elapsed, reason)
+            self.stats.record_failure(elapsed, failed if isinstance(failed, str) else "BACKEND")
         else:
             self.stats.success.add(elapsed)
         response.model_version = self.version_str
-        if not future.done():
+        if not done:
             future.set_result(response)
 
     async def _retry(self, request: InferRequest, response: InferResponse, failed: bool | str,
@@ -241,14 +248,14 @@ class ModelVersion:
             log.exception("freeing memory for '%s' failed", self.name)
             freed = False
         if not freed or future.done() or request.cancelled or not self.loaded.ready:
-            self._complete(request, response, failed, future, True)
+            self._complete(future, request, response, failed, True)
             return
         log.warning("'%s' version %s ran out of memory; running the request again after an unload", self.name,
                     self.version_str)
         try:
-            self.scheduler.enqueue(request, lambda req, resp, again: self._complete(req, resp, again, future, True))
+            self.scheduler.enqueue(request, lambda req, resp, again: self._complete(future, req, resp, again, True))
         except InferError:  # stopped meanwhile (an unload): the first answer stands
-            self._complete(request, response, failed, future, True)
+            self._complete(future, request, response, failed, True)
 
     def _store(self, request: InferRequest, response: InferResponse) -> None:
         assert self.cache is not None and request.cache_key is not None

@@ -44,11 +44,11 @@ class DefaultScheduler:
             if instance is None:
                 return
             request, done = self._queue.popleft()
-            started = now_ns()
-            run(instance, [request], partial(self._finish, done=done, started=started))
+            # A positional partial: called from C, no frame or keyword dict of its own per request.
+            run(instance, [request], partial(self._finish, done, now_ns()))
 
-    def _finish(self, instance: Instance, requests: list[InferRequest], result: Execution, done: Done,
-                started: int) -> None:
+    def _finish(self, done: Done, started: int, instance: Instance, requests: list[InferRequest],
+                result: Execution) -> None:
         self._pool.give(instance)
         record(self._stats, requests, result, started)
         done(requests[0], result.responses[0], result.failed)

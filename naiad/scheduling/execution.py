@@ -11,6 +11,7 @@ import asyncio
 import logging
 import time
 from collections import deque
+from functools import partial
 from typing import TYPE_CHECKING, Callable
 
 from naiad.backends.base import Execution, Instance
@@ -47,7 +48,7 @@ def run(instance: Instance, requests: list[InferRequest], finish: Finish) -> Non
     submit = getattr(instance, "submit", None)  # duck-typed instances (tests) may lack it
     if submit is not None:  # the backend calls back itself (worker processes): no future, no task
         try:
-            submit(requests, lambda result: finish(instance, requests, result))
+            submit(requests, partial(finish, instance, requests))
         except Exception as exc:
             finish(instance, requests, failed_execution(requests, str(exc)))
         return
@@ -80,8 +81,10 @@ def record(stats: ModelStats, requests: list[InferRequest], result: Execution, s
     if result.started_ns > started_ns:  # the instance started it later than it was handed over: queue time
         started_ns = result.started_ns
     inferences = 0
+    queue_ns = 0  # (only counted if it did not fail)
     for r in requests:
         inferences += r.batch_size or 1
+        queue_ns += started_ns - r.arrival_ns
         if r.trace is not None:
             _trace_compute(r, result, started_ns)
     stats.record_execution(inferences if batch_size is None else batch_size, result.input_ns, result.infer_ns,
@@ -90,9 +93,16 @@ def record(stats: ModelStats, requests: list[InferRequest], result: Execution, s
         _log_failure(requests, result)
     else:
         n = len(requests)
-        queue_ns = 0
-        for r in requests:
-            queue_ns += started_ns - r.arrival_ns
+        if stats.queue.window is None:  # no summaries (the default): the four durations added in place
+            stats.queue.count += n
+            stats.queue.ns += queue_ns
+            stats.compute_input.count += n
+            stats.compute_input.ns += result.input_ns
+            stats.compute_infer.count += n
+            stats.compute_infer.ns += result.infer_ns
+            stats.compute_output.count += n
+            stats.compute_output.ns += result.output_ns
+            return
         stats.queue.add(queue_ns, n)
         stats.compute_input.add(result.input_ns, n)
         stats.compute_infer.add(result.infer_ns, n)
@@ -187,5 +197,5 @@ class InstancePool:
         self._idle.append(instance)
 
 
-def now_ns() -> int:
-    return time.perf_counter_ns()
+# The clock itself, not a function around it: one Python frame fewer per execution.
+now_ns = time.perf_counter_ns

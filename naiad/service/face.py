@@ -98,7 +98,12 @@ class Service:
             raise InferError(f"model '{model.name}' uses the decoupled transaction policy: its responses can only be "
                              "streamed (gRPC ModelStreamInfer, HTTP generate_stream, BLS exec(decoupled=True))",
                              Code.UNSUPPORTED)
-        future = self._submit(request, model, future)
+        # Tracing off: straight to the model, one frame fewer per request.
+        future = self._submit(request, model, future) if self.tracer.enabled else model.submit(request, future)
+        if future.done():  # answered within submit (an inline run): nothing in flight to track
+            if self._idle is not None and not self.in_flight:
+                self._idle.set()
+            return future
         self._pending[future] = request
         future.add_done_callback(self._finished)
         return future

@@ -62,9 +62,11 @@ class Answer:
         if self.state:
             raise asyncio.InvalidStateError("already answered")
         self.state = 1
-        for callback in self.callbacks:
-            callback(self)
-        self.callbacks = []
+        callbacks = self.callbacks
+        if callbacks:  # (none for a request an inline run answered within submit)
+            self.callbacks = []
+            for callback in callbacks:
+                callback(self)
         link = self.link
         if link.requests.pop(self.id, None) is self:
             link._result(self.id, response)
