@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections import deque
 from collections.abc import AsyncIterator, Callable
 from typing import Any
 
@@ -23,6 +22,7 @@ from tritonclient.grpc import service_pb2 as pb
 from naiad.core.errors import InferError, internal, invalid
 from naiad.frontends.grpc.codec import stream_error
 from naiad.frontends.grpc.inference import UNPARSABLE, UNPARSABLE_MESSAGE, wants_grpc_errors
+from naiad.frontends.grpc.ordering import OrderedStream, Slot
 from naiad.frontends.grpc.status import fail
 from naiad.ray.routing import AUTOMATIC, lost
 from naiad.ray.rpc import RPC, STREAM, Encoded, answer, field_text, local_table, status_code
@@ -128,28 +128,15 @@ for _rpc in FORWARDED:
     setattr(RpcIngress, _rpc, _forwarded(_rpc))
 
 
-class _Slot:
-    """A request's place in the stream's response order (naiad.frontends.grpc.inference keeps the same order)."""
-
-    __slots__ = ("complete", "items")
-
-    def __init__(self) -> None:
-        self.items: list[bytes | tuple[int, str]] = []
-        self.complete = False
-
-
-class _Relay:
+class _Relay(OrderedStream):
     """One ModelStreamInfer stream: each request goes to a replica holding its model (a streamed call answering
     first whether the model is decoupled, then the encoded responses); a decoupled model's responses leave as they
     come, the others' in request order, as ``naiad serve`` sends them."""
 
     def __init__(self, reach: Callable[[str, str, tuple], Any], grpc_errors: bool) -> None:
+        super().__init__()
         self.reach = reach
         self.grpc_errors = grpc_errors
-        self.outbox: asyncio.Queue[bytes | tuple[int, str] | None] = asyncio.Queue()
-        self.ordered: deque[_Slot] = deque()
-        self.tasks: set[asyncio.Task] = set()
-        self.reading = True
 
     async def read(self, requests: AsyncIterator[bytes]) -> None:
         try:
@@ -158,52 +145,25 @@ class _Relay:
                 if name is None:  # the stream ends there, as Triton's does
                     self.outbox.put_nowait((_INTERNAL, UNPARSABLE_MESSAGE))
                     return
-                slot = _Slot()
-                self.ordered.append(slot)
-                task = asyncio.ensure_future(self._run(name, data, slot))
-                self.tasks.add(task)
-                task.add_done_callback(self._task_done)
+                self.start(self._run(name, data, self.slot()))
         finally:
-            self.reading = False
-            self._maybe_end()
+            self.done_reading()
 
-    async def _run(self, name: str, data: bytes, slot: _Slot) -> None:
-        ordered: _Slot | None = slot
+    async def _run(self, name: str, data: bytes, slot: Slot) -> None:
+        ordered: Slot | None = slot
         try:
             decoupled, items = await self.reach(name, STREAM, (data, self.grpc_errors))
             if decoupled:  # out of the order: its responses leave as they come
                 ordered = None
-                self._complete(slot)
+                self.complete(slot)
             async for item in items:
-                self._emit(item, ordered)
+                self.emit(item, ordered)
         except Exception as exc:
             error = exc if isinstance(exc, InferError) else lost(exc, name)
             if not isinstance(error, InferError):
                 log.exception("stream request for model '%s' failed", name)
                 error = internal(f"{type(exc).__name__}: {exc}")
-            self._emit(stream_error(error, pb.ModelInferRequest(id=field_text(data, 3) or "")).SerializeToString(),
+            self.emit(stream_error(error, pb.ModelInferRequest(id=field_text(data, 3) or "")).SerializeToString(),
                        ordered)
         if ordered is not None:
-            self._complete(ordered)
-
-    def _emit(self, item: bytes | tuple[int, str], slot: _Slot | None) -> None:
-        if slot is None:
-            self.outbox.put_nowait(item)
-        else:
-            slot.items.append(item)
-
-    def _complete(self, slot: _Slot) -> None:
-        slot.complete = True
-        ordered = self.ordered
-        while ordered and ordered[0].complete:
-            for item in ordered.popleft().items:
-                self.outbox.put_nowait(item)
-        self._maybe_end()
-
-    def _task_done(self, task: asyncio.Task) -> None:
-        self.tasks.discard(task)
-        self._maybe_end()
-
-    def _maybe_end(self) -> None:
-        if not self.reading and not self.tasks and not self.ordered:
-            self.outbox.put_nowait(None)
+            self.complete(ordered)

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections import deque
 from collections.abc import AsyncIterator
 from typing import Any
 
@@ -30,6 +29,7 @@ from naiad.frontends.grpc.codec import (
     stream_response,
 )
 from naiad.frontends.grpc.options import GrpcOptions
+from naiad.frontends.grpc.ordering import OrderedStream, Slot
 from naiad.frontends.grpc.status import fail
 from naiad.service import ModelView, Service
 
@@ -137,27 +137,14 @@ class Inference:
                 task.cancel()
 
 
-class _Slot:
-    """A non-decoupled request's place in the stream's response order."""
-
-    __slots__ = ("messages", "complete")
-
-    def __init__(self) -> None:
-        self.messages: list[pb.ModelStreamInferResponse] = []
-        self.complete = False
-
-
-class _Stream:
+class _Stream(OrderedStream):
     """One ModelStreamInfer call: the reader queues requests, each request's responses go to ``outbox``."""
 
     def __init__(self, service: Service, forwarded: dict[str, str] | None = None, grpc_errors: bool = False) -> None:
+        super().__init__()
         self.service = service
         self.forwarded = forwarded  # the stream's forwarded metadata, given to each of its requests
         self.grpc_errors = grpc_errors  # triton_grpc_error: a failed inference ends the stream
-        self.outbox: asyncio.Queue[pb.ModelStreamInferResponse | None] = asyncio.Queue()
-        self.ordered: deque[_Slot] = deque()
-        self.tasks: set[asyncio.Task] = set()
-        self.reading = True
 
     async def read(self, messages: AsyncIterator[pb.ModelInferRequest]) -> None:
         try:
@@ -167,8 +154,7 @@ class _Stream:
                     return
                 self._start(message)
         finally:
-            self.reading = False
-            self._maybe_end()
+            self.done_reading()
 
     def _start(self, message: pb.ModelInferRequest) -> None:
         decoupled = False
@@ -182,61 +168,32 @@ class _Stream:
             if not isinstance(exc, InferError):
                 log.exception("stream request failed")
                 exc = internal(f"{type(exc).__name__}: {exc}")
-            refused = self._slot()
-            refused.messages.append(stream_error(exc, message))
-            self._complete(refused)
+            refused = self.slot()
+            refused.items.append(stream_error(exc, message))
+            self.complete(refused)
             return
-        slot = None if decoupled else self._slot()
-        task = asyncio.ensure_future(self._run(message, model, request, options, decoupled, slot))
-        self.tasks.add(task)
-        task.add_done_callback(self._task_done)
-
-    def _slot(self) -> _Slot:
-        slot = _Slot()
-        self.ordered.append(slot)
-        return slot
+        slot = None if decoupled else self.slot()
+        self.start(self._run(message, model, request, options, decoupled, slot))
 
     async def _run(self, message: pb.ModelInferRequest, model: ModelView, request: Any, options: OutputOptions,
-                   decoupled: bool, slot: _Slot | None) -> None:
+                   decoupled: bool, slot: Slot | None) -> None:
         labels = model.labels if options.classification else None
         try:
             async for response in self.service.stream(request, model):
                 if decoupled and response.final and response.error is None and not response.outputs:
                     # Only the "complete" flag: Triton sends it only to clients that asked for it.
                     if options.enable_empty_final:
-                        self._emit(stream_empty_final(message), slot)
+                        self.emit(stream_empty_final(message), slot)
                     continue
                 if response.error is not None and self.grpc_errors:
-                    self._emit(_Failure(response.error), slot)  # type: ignore[arg-type]
+                    self.emit(_Failure(response.error), slot)
                     continue  # the stream ends when it is this one's turn: what follows is never sent
-                self._emit(stream_response(response, options, labels, message, model.batching), slot)
+                self.emit(stream_response(response, options, labels, message, model.batching), slot)
         except InferError as exc:
             # Refused when queued (e.g. the model's signature check): answered like a decode error.
-            self._emit(stream_error(exc, message), slot)
+            self.emit(stream_error(exc, message), slot)
         except Exception as exc:  # a bug must cost one answer, not the whole stream
             log.exception("stream request failed")
-            self._emit(stream_error(internal(f"{type(exc).__name__}: {exc}"), message), slot)
+            self.emit(stream_error(internal(f"{type(exc).__name__}: {exc}"), message), slot)
         if slot is not None:
-            self._complete(slot)
-
-    def _emit(self, item: pb.ModelStreamInferResponse, slot: _Slot | None) -> None:
-        if slot is None:
-            self.outbox.put_nowait(item)
-        else:
-            slot.messages.append(item)
-
-    def _complete(self, slot: _Slot) -> None:
-        slot.complete = True
-        ordered = self.ordered
-        while ordered and ordered[0].complete:
-            for item in ordered.popleft().messages:
-                self.outbox.put_nowait(item)
-        self._maybe_end()
-
-    def _task_done(self, task: asyncio.Task) -> None:
-        self.tasks.discard(task)
-        self._maybe_end()
-
-    def _maybe_end(self) -> None:
-        if not self.reading and not self.tasks and not self.ordered:
-            self.outbox.put_nowait(None)
+            self.complete(slot)
