@@ -250,10 +250,7 @@ class OnnxInstance(ThreadedInstance):
             results = self._session_run(self.output_names, inputs, self._run_options)
         except Exception as exc:
             raise sessions.ort_error(exc) from None
-        outputs = dict(zip(self.output_names, results))
-        for name in self._string_outputs:
-            outputs[name] = _from_ort_strings(outputs[name])
-        return outputs
+        return self._outputs(results)
 
     def _run_bound(self, inputs: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
         """One run through I/O binding; the run returns once the provider's stream is done with the buffers."""
@@ -277,6 +274,10 @@ class OnnxInstance(ThreadedInstance):
             results = binding.copy_outputs_to_cpu()
         except Exception as exc:
             raise sessions.ort_error(exc) from None
+        return self._outputs(results)
+
+    def _outputs(self, results: list[Any]) -> dict[str, np.ndarray]:
+        """A run's results by output name, BYTES outputs as object arrays of bytes."""
         outputs = dict(zip(self.output_names, results))
         for name in self._string_outputs:
             outputs[name] = _from_ort_strings(outputs[name])
