@@ -37,15 +37,8 @@ from naiad.service import wire  # noqa: E402
 from naiad.service.hosting import Link  # noqa: E402
 from tests.onnx_graphs import identity  # noqa: E402
 
-CONFIG = """name: "identity"
-backend: "onnxruntime"
-max_batch_size: 8
-input [{ name: "INPUT0", data_type: TYPE_FP32, dims: [ 16 ] }]
-output [{ name: "OUTPUT0", data_type: TYPE_FP32, dims: [ 16 ] }]
-instance_group [{ kind: KIND_CPU, count: 1 }]
-parameters { key: "intra_op_thread_count" value: { string_value: "1" } }
-parameters { key: "inter_op_thread_count" value: { string_value: "1" } }
-"""
+from multicore import IDENTITY_CONFIG as CONFIG  # noqa: E402 - a sibling script: the same model
+
 
 PER_DATAGRAM = 8
 

@@ -33,6 +33,8 @@ from tests import onnx_graphs  # noqa: E402
 from tests.models import write_model  # noqa: E402
 from tests.server import free_port  # noqa: E402
 
+from http_add_sub import wait_ready  # noqa: E402 - a sibling script (this folder is not a package)
+
 CONFIG = """
     name: "add_sub"
     platform: "onnxruntime_onnx"
@@ -83,15 +85,7 @@ def measure(repo: Path, mode: str, concurrency: int, seconds: float) -> tuple[fl
          f"--backend-config=onnxruntime,instance-process={'true' if mode == 'process' else 'false'}"],
         stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=ENV)
     try:
-        deadline = time.monotonic() + 60
-        while True:
-            try:
-                urllib.request.urlopen(f"http://127.0.0.1:{port}/v2/health/ready", timeout=1)
-                break
-            except OSError:
-                if time.monotonic() > deadline or server.poll() is not None:
-                    raise RuntimeError("naiad did not start") from None
-                time.sleep(0.2)
+        wait_ready(f"http://127.0.0.1:{port}", server, 60)
         host = psutil.Process(server.pid)
         processes = [host, *host.children()]
         bench = [sys.executable, "-m", "naiad", "bench", "-m", "add_sub", "-u", f"127.0.0.1:{port}", "-i", "http",

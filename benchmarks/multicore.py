@@ -44,6 +44,8 @@ sys.path.insert(0, str(ROOT))
 from tests.onnx_graphs import identity  # noqa: E402
 from tests.server import EXAMPLES, free_port  # noqa: E402
 
+from http_add_sub import wait_ready  # noqa: E402 - a sibling script (this folder is not a package)
+
 IDENTITY_CONFIG = """name: "identity"
 backend: "onnxruntime"
 max_batch_size: 8
@@ -98,15 +100,7 @@ def measure(tree: Path, repo: Path, model: str, protocol: str, processes: int, s
          "--allow-metrics=false", "--frontend-processes", str(processes)],
         stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env, cwd=tree)
     try:
-        deadline = time.monotonic() + 60
-        while True:
-            try:
-                urllib.request.urlopen(f"http://127.0.0.1:{http_port}/v2/health/ready", timeout=1)
-                break
-            except OSError:
-                if time.monotonic() > deadline or server.poll() is not None:
-                    raise RuntimeError("naiad did not start")
-                time.sleep(0.2)
+        wait_ready(f"http://127.0.0.1:{http_port}", server, 60)
         host = psutil.Process(server.pid)
         children = host.children()
         fronts = [p for p in children if "naiad.processes" in " ".join(p.cmdline())]

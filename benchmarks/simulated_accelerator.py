@@ -34,6 +34,8 @@ sys.path.insert(0, str(ROOT))
 from tests.server import free_port
 from tests.simulated import bound, throughput, write_simulated
 
+from http_add_sub import wait_ready  # noqa: E402 - a sibling script (this folder is not a package)
+
 
 def _stats(port: int, model: str) -> tuple[int, int]:
     with urllib.request.urlopen(f"http://127.0.0.1:{port}/v2/models/{model}/stats") as response:
@@ -48,19 +50,12 @@ def _serve(root: Path, repo: Path) -> tuple[subprocess.Popen, int, int]:
          "--http-address", "127.0.0.1", "--grpc-port", str(grpc_port), "--grpc-address", "127.0.0.1",
          "--allow-metrics=false"],
         stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, cwd=root, env={**os.environ, "PYTHONPATH": str(root)})
-    deadline = time.monotonic() + 60
-    while time.monotonic() < deadline:
-        if proc.poll() is not None:
-            raise RuntimeError(f"naiad from {root} exited with {proc.returncode}")
-        try:
-            with urllib.request.urlopen(f"http://127.0.0.1:{http_port}/v2/health/ready") as response:
-                if response.status == 200:
-                    return proc, http_port, grpc_port
-        except OSError:
-            pass
-        time.sleep(0.1)
-    proc.kill()
-    raise RuntimeError(f"naiad from {root} did not become ready")
+    try:
+        wait_ready(f"http://127.0.0.1:{http_port}", proc, 60)
+    except RuntimeError as exc:
+        proc.kill()
+        raise RuntimeError(f"naiad from {root}: {exc}") from None
+    return proc, http_port, grpc_port
 
 
 def main(argv: list[str] | None = None) -> int:
