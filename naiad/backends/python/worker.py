@@ -74,10 +74,6 @@ def error_wire(error: InferError) -> tuple:
     return M.error_response(error.code.name, error.message)
 
 
-def _wire_error(error: InferError) -> tuple:
-    return M.error(error.code.name, error.message)
-
-
 class _Waiter:
     """Answers to one outgoing call or BLS request. Sync waiters queue them; async ones resolve a future."""
 
@@ -396,7 +392,10 @@ class Worker:
         to it (and to any input arrays it holds) is dropped here, before the answer leaves."""
         t2 = time.perf_counter_ns()
         result = box.pop() if box else None
-        failed = None if exc is None else _wire_error(execute_failed(self.name, exc))
+        failed = None
+        if exc is not None:
+            error = execute_failed(self.name, exc)  # (its code: INTERNAL, or a framework's own, runner.py)
+            failed = M.error(error.code.name, error.message)
         # A request answered through its sender (or to be, after execute returned None), or released to be
         # rescheduled: the per-request answers need a closer look.
         special = result is None
