@@ -13,6 +13,7 @@ import json
 import signal
 import subprocess
 import sys
+import threading
 from pathlib import Path
 from types import ModuleType
 from typing import Any
@@ -21,13 +22,19 @@ from naiad.backends.python import pb_utils
 from naiad.backends.python.runner import import_model
 from naiad.core.errors import Code, InferError, internal, invalid
 
+# CPython 3.11 keeps the AST converter's recursion depth in interpreter-wide state: two loads parsing at once on the
+# load pool's threads failed with "SystemError: AST constructor recursion depth mismatch" (seen in a CI run).
+_PARSING = threading.Lock()
+
 
 def defines_hook(model_file: Path) -> bool:
     """Whether the model may define ``auto_complete_config``, read from its source without running it. Only a
     top-level ``class TritonPythonModel`` with no base classes and no such member surely has none; anything the
     source can't settle (a base class, a class made elsewhere, a syntax error) is asked in a process."""
     try:
-        tree = ast.parse(model_file.read_bytes(), str(model_file))
+        source = model_file.read_bytes()
+        with _PARSING:
+            tree = ast.parse(source, str(model_file))
     except (OSError, SyntaxError, ValueError):
         return True
     classes = [node for node in tree.body if isinstance(node, ast.ClassDef) and node.name == "TritonPythonModel"]
