@@ -146,7 +146,9 @@ class H2GrpcConnection(asyncio.Protocol):
         """A body larger than a frame or than the windows: sent as the server grants room."""
         view = memoryview(body)
         while view:
-            room = min(self.send_window, self.stream_windows.get(stream, 0), self.max_frame)
+            if stream not in self.stream_windows:
+                return  # the server answered (or reset) the call before it had it all: the rest is not wanted
+            room = min(self.send_window, self.stream_windows[stream], self.max_frame)
             if room <= 0:
                 ready: asyncio.Future[None] = self.loop.create_future()
                 self.blocked.append((stream, b"", ready))

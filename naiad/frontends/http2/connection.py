@@ -523,9 +523,18 @@ class H2Connection:
         return self._settings_seen
 
     def receive_window(self, sid: int) -> int:
-        """What the client may still send on the stream (0 once it is gone or the client ended it)."""
+        """What the client may still send on the stream for sure (0 once it is gone or the client ended it).
+
+        Until it acknowledges our SETTINGS, a client may count a stream's window from the default or already from
+        our smaller SETTINGS_INITIAL_WINDOW_SIZE (it applies SETTINGS as it reads them, before it acknowledges
+        them): the smaller of the two is all it is sure of, and a grant sized on the larger would fall short by
+        the difference once the ACK shrinks the window, stalling a message for good."""
         stream = self.streams.get(sid)
-        return 0 if stream is None or stream.remote_closed else stream.recv_window
+        if stream is None or stream.remote_closed:
+            return 0
+        if self._settings_acked:
+            return stream.recv_window
+        return stream.recv_window + min(0, self._stream_window - f.DEFAULT_WINDOW)
 
     def grant(self, sid: int, n: int) -> None:
         """Let the client send ``n`` more bytes on the stream (WINDOW_UPDATE): with ``Limits.stream_window``, the

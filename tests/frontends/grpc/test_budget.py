@@ -49,12 +49,13 @@ class Call:
 class Peer:
     """A client on one H2Connection with the budget's windows."""
 
-    def __init__(self) -> None:
-        self.h2 = H2Connection(Limits(stream_window=WINDOW))
+    def __init__(self, window: int = WINDOW, ack: bool = True) -> None:
+        self.h2 = H2Connection(Limits(stream_window=window))
         self.h2.initiate()
-        self.h2.receive(PREFACE + frame(SETTINGS, 0, 0) + frame(SETTINGS, ACK, 0))  # ACK: our windows apply
+        # ACK: our windows apply (without it, a new stream has the default 65,535 bytes: RFC 9113 6.9.2)
+        self.h2.receive(PREFACE + frame(SETTINGS, 0, 0) + (frame(SETTINGS, ACK, 0) if ack else b""))
         self.h2.data_to_send()
-        self.budget = Budget(self.h2, LIMIT, WINDOW)
+        self.budget = Budget(self.h2, LIMIT, window)
         self.encoder = Encoder()
 
     def open(self, sid: int) -> None:
@@ -136,3 +137,47 @@ def test_a_streaming_calls_room_comes_back_when_its_handler_takes_the_message() 
     assert window_updates(peer.h2.data_to_send()) == {}  # not before it is taken
     peer.budget.handed(call)
     assert window_updates(peer.h2.data_to_send()) == {1: 15}
+
+
+def test_room_reserved_before_the_client_acknowledged_a_smaller_window_still_covers_the_message() -> None:
+    """The frames of the lean bomb test's stall (a full run with front-end processes): the client sent its first
+    DATA on the default 65,535-byte window before reading our SETTINGS (33,554 with the default budget); the budget
+    reserved the message on reading the first frame, and the client's ACK then shrank the stream's window by the
+    difference. The grant must leave the client a window for the whole message after the ACK, as the client
+    counts it, or the message stalls for good (no more room will ever be asked for it)."""
+    window = 33554
+    peer = Peer(window, ack=False)
+    peer.open(1)
+    call = Call(1)
+    size = 900 * 1024
+    peer.send(call, message_head(size) + b"x" * (16384 - 5))  # one read: the first frame alone
+    assert peer.budget.reserve(call) == 0 and call.reserved == 5 + size
+    granted = window_updates(peer.h2.data_to_send())[1]
+    peer.send(call, b"x" * 16384)  # the rest of the client's default window
+    peer.send(call, b"x" * 16384)
+    peer.send(call, b"x" * 16383)
+    peer.h2.receive(frame(SETTINGS, ACK, 0))
+    sent = len(call.body or b"")
+    assert sent == 65535
+    # The client applies our SETTINGS' delta when it reads them and the grant when it reads the WINDOW_UPDATE.
+    client_window = 65535 + (window - 65535) + granted - sent
+    assert client_window == peer.h2.receive_window(1) == 5 + size - sent
+    peer.send(call, b"x" * (5 + size - sent - 1))
+    peer.send(call, b"x", end=True)
+    assert len(call.body or b"") == 5 + size
+
+
+def test_a_window_topped_up_before_the_ack_is_topped_up_to_the_budgets_window() -> None:
+    """A streaming call's handler took a message before the client acknowledged our smaller window: the top-up
+    counts the window the client will have after the ACK, so the stream isn't left short of a message's room."""
+    window = 33554
+    peer = Peer(window, ack=False)
+    peer.open(1)
+    call = Call(1, streaming=True)
+    peer.send(call, message_head(30000) + b"y" * 30000)
+    call.body = None
+    peer.budget.queue(call, 30005)
+    peer.budget.handed(call)
+    peer.h2.data_to_send()
+    peer.h2.receive(frame(SETTINGS, ACK, 0))
+    assert peer.h2.receive_window(1) == window

@@ -546,7 +546,9 @@ def test_before_the_client_acknowledges_our_settings_a_stream_has_the_default_wi
     peer.send(frame(HEADERS, END_HEADERS, 1, peer.block()))
     events = peer.send(frame(DATA, 0, 1, b"x" * 60000))
     assert [type(e) for e in events] == [DataReceived] and peer.resets() == []
-    assert peer.conn.receive_window(1) == 5535
+    assert peer.conn.streams[1].recv_window == 5535
+    # The window the application reads is the one the client is sure of: ours (smaller), before the ACK as after.
+    assert peer.conn.receive_window(1) == 5535 - (65535 - 16384)
     peer.send(frame(SETTINGS, ACK, 0))
     assert peer.conn.receive_window(1) == 5535 - (65535 - 16384)  # as the client now counts it: negative
     peer.send(frame(HEADERS, END_HEADERS, 3, peer.block()))
