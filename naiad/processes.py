@@ -154,9 +154,11 @@ class Host(Server):
                     await asyncio.sleep(1.0)  # and try again on the next round
 
     async def stop(self, drain: bool = True) -> None:
-        """The front ends drain as the host does (they finish what they have in flight here, and what the host
-        cuts at its exit timeout comes back to them as UNAVAILABLE); the host waits for them to exit before it
-        finalizes the models."""
+        """The front ends drain as one process would: they stop taking requests and finish what they have in
+        flight, which the host still serves (it keeps accepting from them until they have exited, so nothing a
+        front end took before its SIGTERM is refused here); what is left at the drain's end is cut by the host
+        and comes back to them as UNAVAILABLE. The models are finalized within the exit timeout's last tenth,
+        as with one process, while the front ends write what was cut and exit."""
         self._stopping = True
         if self._watcher is not None:
             self._watcher.cancel()
@@ -165,7 +167,17 @@ class Host(Server):
                 proc.send_signal(signal.SIGTERM if drain else signal.SIGKILL)
         await super().stop(drain)
 
+    def _running(self) -> bool:
+        return any(p is not None and p.poll() is None for p in self.procs)
+
+    async def drain_frontends(self, until: float) -> None:
+        while self._running() and time.monotonic() < until:
+            await asyncio.sleep(0.02)
+
     async def close_frontends(self, deadline: float | None, cut: int) -> None:
+        pass  # (they close their own ports; waiting for them here would eat finalize()'s share of the timeout)
+
+    async def end_frontends(self, deadline: float | None) -> None:
         procs = [p for p in self.procs if p is not None]
         end = deadline + 1.0 if deadline is not None else time.monotonic() + 5.0  # (they write what was cut)
         while any(p.poll() is None for p in procs) and time.monotonic() < end:

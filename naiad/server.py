@@ -313,7 +313,9 @@ class Server:
             deadline = time.monotonic() + timeout
             log.info("Waiting for in-flight requests to complete (timeout %.0fs)", timeout)
             # The last tenth (at most a second) is left for finalize(), so the process exits in time.
-            drained = await self.service.drain(timeout - min(1.0, timeout / 10))
+            drain_end = deadline - min(1.0, timeout / 10)
+            await self.drain_frontends(drain_end)
+            drained = await self.service.drain(max(0.0, drain_end - time.monotonic()))
             if not drained:
                 cut = self.service.cut(CUT_MESSAGE)
                 log.warning("Timeout: %d in-flight requests did not complete; answered UNAVAILABLE", cut)
@@ -326,8 +328,15 @@ class Server:
         self.repository.unload_all(deadline)
         self.service.shared_memory.close()  # unmap what clients left registered
         self.service.tracer.close()  # the traces still held, and the trace file's closing bracket
+        await self.end_frontends(deadline)
         log.info("All models are stopped, unloading models")
 
+    async def drain_frontends(self, until: float) -> None:
+        """Before the service stops taking requests: this process's front ends are drained by the service's own
+        drain (the model host of --frontend-processes N waits for its front-end processes here)."""
+
+    async def end_frontends(self, deadline: float | None) -> None:
+        """After the models are finalized (the model host of --frontend-processes N reaps its processes here)."""
 
     async def close_frontends(self, deadline: float | None, cut: int) -> None:
         """Stop listening and close the connections (after the drain: their answers are written)."""
