@@ -1,5 +1,6 @@
 """The lean engine's adapter over the HTTP/2 core, with a recording transport: a call the client abandons cancels
-the work queued for it, and a peer that stops reading stops being read."""
+the work queued for it, a peer that stops reading stops being read, and a large message sent before the client read
+our SETTINGS arrives whole."""
 
 from __future__ import annotations
 
@@ -10,7 +11,8 @@ import grpc
 from hpack import Encoder
 from tritonclient.grpc import service_pb2 as pb
 
-from naiad.frontends.grpc.lean import Connection, LeanServer
+from naiad.frontends.grpc.lean import Connection, LeanServer, limits_for
+from naiad.frontends.grpc.options import GrpcOptions
 from naiad.frontends.http2.frames import literal
 
 PREFACE = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n"
@@ -131,3 +133,57 @@ def test_an_unexpected_error_fails_its_call_not_the_connection() -> None:
     written, closed, queued = asyncio.run(scenario())
     assert not closed and queued == 2
     assert literal(b"grpc-status", b"13") + literal(b"grpc-message", b"RuntimeError: boom") in written
+
+
+def _written(data: bytes) -> list[tuple[int, int, bytes]]:
+    out = []
+    while data:
+        length = int.from_bytes(data[:3], "big")
+        out.append((data[3], int.from_bytes(data[5:9], "big"), data[9:9 + length]))
+        data = data[9 + length:]
+    return out
+
+
+def test_a_large_message_sent_before_the_client_read_our_settings_arrives_whole() -> None:
+    """The wire of the lean bomb test's 60 s stall under front-end processes, with the engine's default options:
+    the client sends its first 65,535 bytes on the default window before it reads our SETTINGS (a smaller
+    SETTINGS_INITIAL_WINDOW_SIZE), each frame read on its own, then acknowledges them. The windows the server
+    opens must let the client send the whole message as the client counts them."""
+    async def scenario() -> tuple[int, int, int]:
+        inference = Inference()
+        handler = grpc.unary_unary_rpc_method_handler(lambda request, context: None,
+                                                      request_deserializer=pb.ModelInferRequest.FromString)
+        options = GrpcOptions()
+        server = LeanServer({PATH: handler}, inference, limits=limits_for(options), options=options)  # type: ignore[arg-type]
+        connection = Connection(server)
+        transport = Transport()
+        connection.connection_made(transport)  # type: ignore[arg-type]
+        message = pb.ModelInferRequest(model_name="m", raw_input_contents=[bytes(900_000)]).SerializeToString()
+        body = b"\0" + struct.pack(">I", len(message)) + message
+        block = Encoder().encode([(":method", "POST"), (":scheme", "http"), (":path", PATH), (":authority", "x"),
+                                  ("content-type", "application/grpc"), ("te", "trailers")])
+        connection.data_received(PREFACE + frame(4, 0, 0, b"") + frame(1, 0x4, 1, block))
+        sent = 0
+        for size in (16384, 16384, 16384, 16383):  # the default window, as the client frames it
+            connection.data_received(frame(0, 0, 1, body[sent:sent + size]))
+            sent += size
+        connection.data_received(frame(4, 0x1, 0, b""))  # SETTINGS ACK
+        window = 65535 - sent  # the client's count: the default, our SETTINGS' delta, the stream's updates
+        for kind, sid, payload in _written(transport.written):
+            if kind == 4 and payload:
+                for at in range(0, len(payload), 6):
+                    key, value = struct.unpack_from(">HI", payload, at)
+                    if key == 4:
+                        window += value - 65535
+            elif kind == 8 and sid == 1:
+                window += struct.unpack(">I", payload)[0]
+        granted = window
+        while sent < len(body) and window > 0:
+            size = min(window, 16384, len(body) - sent)
+            connection.data_received(frame(0, 0x1 if sent + size == len(body) else 0, 1, body[sent:sent + size]))
+            sent += size
+            window -= size
+        return granted, len(body) - 65535, len(inference.futures)
+
+    granted, rest, queued = asyncio.run(scenario())
+    assert granted == rest and queued == 1
