@@ -154,7 +154,8 @@ def test_a_large_message_sent_before_the_client_read_our_settings_arrives_whole(
         handler = grpc.unary_unary_rpc_method_handler(lambda request, context: None,
                                                       request_deserializer=pb.ModelInferRequest.FromString)
         options = GrpcOptions()
-        server = LeanServer({PATH: handler}, inference, limits=limits_for(options), options=options)  # type: ignore[arg-type]
+        server = LeanServer({PATH: handler}, inference,  # type: ignore[arg-type]
+                            limits=limits_for(options), options=options)
         connection = Connection(server)
         transport = Transport()
         connection.connection_made(transport)  # type: ignore[arg-type]
