@@ -119,6 +119,9 @@ class RayServeOptions:
             raise ValueError("--ingress-replicas must be at least 1")
         if not 0 < self.http_port < 65536 - self.ingress_replicas:
             raise ValueError("--http-port must be a port number")
+        if self.uses_direct_ingress() and self.grpc_port and abs(self.grpc_port - self.http_port) < self.ingress_replicas:
+            raise ValueError(f"--direct-ingress: the {self.ingress_replicas} ingress replicas listen on as many ports "
+                             f"from --http-port and from --grpc-port, which overlap; set them further apart")
         if not 0 <= self.min_replicas <= self.max_replicas or self.max_replicas < 1:
             raise ValueError("expected 0 <= --min-replicas <= --max-replicas and --max-replicas >= 1")
 
