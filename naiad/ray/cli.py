@@ -23,6 +23,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     ray_options.add_arguments(serve)
 
 
+def _has_direct_ingress() -> bool:
+    try:
+        from ray.serve._private import constants
+    except ImportError:
+        return False
+    return hasattr(constants, "RAY_SERVE_DIRECT_INGRESS_MIN_HTTP_PORT")
+
+
 def _free_port() -> int:
     with socket.socket() as probe:
         probe.bind(("", 0))
@@ -52,6 +60,9 @@ def run(args: argparse.Namespace) -> int:
     if joined:
         ray.init(address=options.address, namespace="naiad", log_to_driver=False)
     else:
+        if options.direct_ingress and not _has_direct_ingress():
+            log.warning("this Ray Serve has no direct ingress (Ray 2.5x and later): clients go through its proxy")
+            options.direct_ingress = False
         # Before Ray starts: its processes (and Serve's constants in each) take this process's environment.
         os.environ.update(ray_environment(options))
         ray.init(include_dashboard=False, namespace="naiad")

@@ -158,7 +158,7 @@ def test_sagemaker_routes_statistics_and_dashboard(started: Started, naiad_serve
     status, body, _ = request(started.url, "POST", "/invocations", json.dumps(ADD_SUB).encode(),
                               {"Content-Type": "application/json"})
     assert (status, body) == (200, expected)
-    status, body, headers = request(started.url, "GET", "/dashboard")
+    status, body, _ = request(started.url, "GET", "/dashboard")
     assert status == 404 and b"not served under naiad ray serve" in body
 
     def counted() -> int:
