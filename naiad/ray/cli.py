@@ -61,7 +61,7 @@ def run(args: argparse.Namespace) -> int:
         ray.init(address=options.address, namespace="naiad", log_to_driver=False)
     else:
         if options.direct_ingress and not _has_direct_ingress():
-            log.warning("this Ray Serve has no direct ingress (Ray 2.5x and later): clients go through its proxy")
+            log.warning("this Ray Serve has no direct ingress: clients go through its proxy")
             options.direct_ingress = False
         # Before Ray starts: its processes (and Serve's constants in each) take this process's environment.
         os.environ.update(ray_environment(options))
@@ -82,7 +82,9 @@ def run(args: argparse.Namespace) -> int:
         print(f"naiad on Ray Serve: application '{options.app_name}' at http://{options.http_host}:"
               f"{options.http_port}{options.route_prefix.rstrip('/')}/v2"
               + (f" and gRPC port {options.grpc_port}" if options.grpc_port else "")
-              + (" (direct ingress)" if options.uses_direct_ingress() else ""), flush=True)
+              + (" (direct ingress" + (f", {options.ingress_replicas} ingress replicas on as many ports from each"
+                                       if options.ingress_replicas > 1 else "") + ")"
+                 if options.uses_direct_ingress() else ""), flush=True)
         stop.wait()
     finally:
         # Joined to a cluster: take our application down and leave Serve to others; else stop it all.

@@ -74,7 +74,7 @@ class Ingress(RpcIngress):
         if options.throughput_optimized:
             try:
                 self.model = model.options(_by_reference=False)
-            except TypeError:  # a Ray Serve without it (before 2.4x): actor tasks
+            except TypeError:  # a Ray Serve without the option: actor tasks
                 pass
         self.options = options
         self.scratch = Path(tempfile.mkdtemp(prefix="naiad-ray-ingress-"))
