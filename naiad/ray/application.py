@@ -19,14 +19,15 @@ def build(options: RayServeOptions) -> Any:
 
     from naiad.ray.ingress import Ingress
     from naiad.ray.replica import ModelReplica
+    from naiad.ray.tuning import replica_environment
 
     scaling: dict[str, Any]
-    actor: dict[str, Any] = {}
     if options.min_replicas == options.max_replicas:
         scaling = {"num_replicas": options.max_replicas}
     else:
         scaling = {"autoscaling_config": options.autoscaling_config()}
-        actor = {"runtime_env": {"env_vars": options.metrics_push_env()}}
+    env = replica_environment(options)
+    actor: dict[str, Any] = {"runtime_env": {"env_vars": env}} if env else {}
     models: Any = serve.deployment(ModelReplica, name=MODELS, max_ongoing_requests=options.max_ongoing_requests,
                               ray_actor_options={"num_cpus": options.replica_num_cpus, **actor},
                               # a replica finalizes its models' workers on the way out

@@ -67,7 +67,15 @@ CALL = "__call__"  # the model deployment's HTTP method (rpc.RPC and rpc.STREAM:
 
 class Ingress(RpcIngress):
     def __init__(self, model: Any, options: RayServeOptions) -> None:
-        self.model = model  # DeploymentHandle of the model deployment
+        # DeploymentHandle of the model deployment. Its options came pickled from the process that built the
+        # application, so the gRPC transport of Ray's throughput settings (naiad.ray.tuning) is asked for here:
+        # each call goes to the replica over gRPC instead of as an actor task (half the replica's CPU per request).
+        self.model = model
+        if options.throughput_optimized:
+            try:
+                self.model = model.options(_by_reference=False)
+            except TypeError:  # a Ray Serve without the option: actor tasks
+                pass
         self.options = options
         self.scratch = Path(tempfile.mkdtemp(prefix="naiad-ray-ingress-"))
         # Over the repositories themselves, in explicit mode with nothing loaded: the index lists every model a

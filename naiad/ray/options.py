@@ -40,11 +40,20 @@ class RayServeOptions:
     replica_num_cpus: float = 1.0
     ingress_num_cpus: float = 0.0  # the ingress only forwards; it shares a core
     ingress_replicas: int = 1
+    # Ray Serve's throughput settings inside naiad's replicas (naiad.ray.tuning.REPLICA_ENV), on any cluster.
+    throughput_optimized: bool = True
+    # The ingress serves clients on --http-port / --grpc-port itself (Ray's direct ingress), Ray's proxy out of the
+    # request's path. Only for the Ray instance `naiad ray serve` starts; a cluster's is set on `ray start`.
+    direct_ingress: bool = True
     # SageMaker: boto3's invoke_endpoint names the model with TargetModel (a multi-model endpoint); without it,
     # /invocations and the runtime door serve the default model.
     default_model: str = ""
     backend_config: list[str] = field(default_factory=list)
     log_verbose: int = 0
+
+    def uses_direct_ingress(self) -> bool:
+        """Whether the Ray this command starts serves through the ingress's own ports (not with --address)."""
+        return self.direct_ingress and not self.address
 
     def autoscaling_config(self) -> dict[str, Any]:
         config: dict[str, Any] = {
@@ -106,8 +115,24 @@ class RayServeOptions:
             raise ValueError("--max-models-per-replica must be at least 1")
         if self.min_model_residency_s < 0:
             raise ValueError("--min-model-residency-s must not be negative")
+        if self.ingress_replicas < 1:
+            raise ValueError("--ingress-replicas must be at least 1")
+        if not 0 < self.http_port < 65536 - self.ingress_replicas:
+            raise ValueError("--http-port must be a port number")
+        if self.uses_direct_ingress() and self.grpc_port and abs(self.grpc_port - self.http_port) < self.ingress_replicas:
+            raise ValueError(f"--direct-ingress: the {self.ingress_replicas} ingress replicas listen on as many ports "
+                             f"from --http-port and from --grpc-port, which overlap; set them further apart")
         if not 0 <= self.min_replicas <= self.max_replicas or self.max_replicas < 1:
             raise ValueError("expected 0 <= --min-replicas <= --max-replicas and --max-replicas >= 1")
+
+
+def _flag(value: str) -> bool:
+    lowered = value.strip().lower()
+    if lowered in ("1", "true", "yes", "on"):
+        return True
+    if lowered in ("0", "false", "no", "off"):
+        return False
+    raise argparse.ArgumentTypeError(f"expected true or false, got '{value}'")
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -152,7 +177,23 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="CPUs Ray reserves for each model replica")
     parser.add_argument("--ingress-num-cpus", type=float, default=d.ingress_num_cpus,
                         help="CPUs Ray reserves for each ingress replica")
-    parser.add_argument("--ingress-replicas", type=int, default=d.ingress_replicas)
+    parser.add_argument("--ingress-replicas", type=int, default=d.ingress_replicas,
+                        help="ingress replicas; under direct ingress each listens on its own ports: the N ports "
+                             "from --http-port (and from --grpc-port) on one machine")
+    tuning = parser.add_argument_group("Ray Serve's per-request cost (naiad.ray.tuning; README, 'Scale out on Ray "
+                                       "Serve')")
+    tuning.add_argument("--throughput-optimized", type=_flag, nargs="?", const=True, default=d.throughput_optimized,
+                        metavar="BOOL",
+                        help="run naiad's replicas with Ray Serve's throughput settings (router and handler on the "
+                             "replica's own event loop, gRPC between replicas, buffered request logs, GC frozen at "
+                             "start): the model replica's CPU per request cut by more than half, the ingress's by a third or "
+                             "more")
+    tuning.add_argument("--direct-ingress", type=_flag, nargs="?", const=True, default=d.direct_ingress,
+                        metavar="BOOL",
+                        help="for the Ray this command starts (not with --address): the ingress serves clients on "
+                             "--http-port and --grpc-port itself, Ray's proxy out of the path (with the setting above, "
+                             "2.0-2.5 ms of CPU per request in all instead of 10-14); Ray's proxy still runs, on free "
+                             "ports of its own. false: clients reach the ingress through Ray's proxy")
     parser.add_argument("--default-model", default=os.environ.get("SAGEMAKER_TRITON_DEFAULT_MODEL_NAME", ""),
                         help="the model SageMaker's /invocations (and boto3 without TargetModel) serves "
                              "(default: $SAGEMAKER_TRITON_DEFAULT_MODEL_NAME)")
@@ -177,6 +218,7 @@ def from_args(args: argparse.Namespace) -> RayServeOptions:
         metrics_interval_s=args.metrics_interval_s, look_back_period_s=args.look_back_period_s,
         max_ongoing_requests=args.max_ongoing_requests, replica_num_cpus=args.replica_num_cpus,
         ingress_num_cpus=args.ingress_num_cpus, ingress_replicas=args.ingress_replicas,
+        throughput_optimized=args.throughput_optimized, direct_ingress=args.direct_ingress,
         default_model=args.default_model, backend_config=list(args.backend_config), log_verbose=args.log_verbose)
     options.check()
     return options
