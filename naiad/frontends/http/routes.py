@@ -28,6 +28,7 @@ from naiad.frontends.http.shared_memory import route as shared_memory_route
 from naiad.frontends.replies import (
     OCTET,
     SSE,
+    Answer,
     Deferred,
     Reply,
     Streamed,
@@ -182,9 +183,10 @@ class Router:
         request, options = decode_request(body, length, name, version, self.service.shared_memory)
         if self.forward is not None:
             request.parameters.update(self.forward.select(header_pairs(headers)))
-        future = self.service.infer(request, model)
+        answer = Answer()  # answered synchronously: the reply leaves within the model's completion
+        self.service.infer(request, model, answer)  # type: ignore[arg-type]
         accept = headers.get(b"accept-encoding")
-        return Deferred(future, lambda f: self._infer_reply(f.result(), options, accept, model))
+        return Deferred(answer, lambda f: self._infer_reply(f.result(), options, accept, model))
 
     def _infer_reply(self, response: InferResponse, options: OutputOptions, accept: bytes | None,
                      model: ModelView) -> Reply:
