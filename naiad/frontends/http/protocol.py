@@ -73,7 +73,7 @@ class _Slot:
         self.keep_alive = keep_alive
         self.head_only = head_only  # a HEAD request: its answer carries no body
         self.finished = False
-        self.pending: asyncio.Future | None = None  # the work behind it, cancelled if the client goes away
+        self.pending: asyncio.Future | Answer | None = None  # the work behind it, cancelled if the client goes away
 
 
 _DEFAULT_LISTENER = Listener()  # for protocols made without one (the metrics port)
