@@ -183,10 +183,14 @@ class Router:
         request, options = decode_request(body, length, name, version, self.service.shared_memory)
         if self.forward is not None:
             request.parameters.update(self.forward.select(header_pairs(headers)))
-        answer = Answer()  # answered synchronously: the reply leaves within the model's completion
-        self.service.infer(request, model, answer)  # type: ignore[arg-type]
+        service = self.service
+        if service.in_flight:  # under load the replies wait for the loop's turn, behind the next executions' sends
+            future: Any = service.infer(request, model)
+        else:  # alone: the reply leaves within the model's completion (replies.Answer)
+            future = Answer()
+            service.infer(request, model, future)
         accept = headers.get(b"accept-encoding")
-        return Deferred(answer, lambda f: self._infer_reply(f.result(), options, accept, model))
+        return Deferred(future, lambda f: self._infer_reply(f.result(), options, accept, model))
 
     def _infer_reply(self, response: InferResponse, options: OutputOptions, accept: bytes | None,
                      model: ModelView) -> Reply:
