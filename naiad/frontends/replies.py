@@ -74,6 +74,11 @@ class Answer:
         else:
             self.callbacks.append(callback)
 
+    def remove_done_callback(self, callback: Callable[[Answer], object]) -> int:
+        before = len(self.callbacks)
+        self.callbacks = [c for c in self.callbacks if c != callback]
+        return before - len(self.callbacks)
+
     def set_result(self, response: Any) -> None:
         if self.state:
             raise asyncio.InvalidStateError("invalid state")

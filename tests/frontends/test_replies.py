@@ -31,6 +31,9 @@ def test_callbacks_run_within_set_result_in_order_and_a_failing_one_is_logged(ca
 def test_cancel_runs_the_callbacks_and_result_raises() -> None:
     answer, seen = Answer(), []
     answer.add_done_callback(lambda a: seen.append(a.cancelled()))
+    dropped = seen.append
+    answer.add_done_callback(dropped)
+    assert answer.remove_done_callback(dropped) == 1 and answer.remove_done_callback(dropped) == 0
     with pytest.raises(asyncio.InvalidStateError):
         answer.result()
     assert answer.cancel() and seen == [True]
