@@ -18,7 +18,7 @@ async def resolve(result: Reply | Deferred | Streamed) -> Reply | Streamed:
     """What the router answered, once the work behind a ``Deferred`` is done."""
     while isinstance(result, Deferred):
         try:
-            await asyncio.wait([result.future])
+            await asyncio.wait([asyncio.ensure_future(result.future)])  # (an Answer is wrapped in a task)
         except asyncio.CancelledError:
             result.future.cancel()  # the caller went away: so does its request
             raise

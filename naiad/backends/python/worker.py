@@ -342,7 +342,7 @@ class Worker:
             return
         # Our references to the inputs go before the answer does: the server may reuse their blocks at once.
         del requests, request
-        if inspect.isawaitable(box[0]):
+        if type(box[0]) is not list and inspect.isawaitable(box[0]):  # (a list, execute's usual answer, never is)
             task = asyncio.ensure_future(box.pop(), loop=self.loop)
             task.add_done_callback(lambda t: self._async_done(t, tag, states, t1 - t0, t1))
             return

@@ -28,7 +28,7 @@ from naiad.frontends.connections import PORT_FULL, peer_address
 from naiad.frontends.http.limits import INF, Listener
 from naiad.frontends.http.routes import Router
 from naiad.frontends.poll import POLL
-from naiad.frontends.replies import Deferred, Reply, Streamed
+from naiad.frontends.replies import Answer, Deferred, Reply, Streamed
 
 log = logging.getLogger("naiad.http")
 
@@ -73,7 +73,7 @@ class _Slot:
         self.keep_alive = keep_alive
         self.head_only = head_only  # a HEAD request: its answer carries no body
         self.finished = False
-        self.pending: asyncio.Future | None = None  # the work behind it, cancelled if the client goes away
+        self.pending: asyncio.Future | Answer | None = None  # the work behind it, cancelled if the client goes away
 
 
 _DEFAULT_LISTENER = Listener()  # for protocols made without one (the metrics port)
@@ -155,6 +155,7 @@ class HttpProtocol(asyncio.Protocol):
         self.write_paused = False
         self.drained: asyncio.Future | None = None  # streamed replies wait on it while writing is paused
         self.refilling = False
+        self.answering = False  # completing a deferred reply, maybe within a model's completion (see _flush)
         self.linger_until = INF
         self.address: str | None = None  # the client's, as the port's admission counts it
         self.refusing = False  # refused, the 503 going out
@@ -511,7 +512,14 @@ class HttpProtocol(asyncio.Protocol):
         if isinstance(reply, Streamed):  # known only once the work behind it finished (an on-demand load)
             slot.pending = asyncio.ensure_future(self._stream(slot, reply))
             return
-        self._complete(slot, reply)
+        if type(deferred.future) is not Answer:
+            self._complete(slot, reply)
+            return
+        self.answering = True
+        try:
+            self._complete(slot, reply)
+        finally:
+            self.answering = False
 
     def _complete(self, slot: _Slot, reply: Reply) -> None:
         slot.data = data = _encode(reply, slot.keep_alive, slot.head_only)
@@ -565,7 +573,10 @@ class HttpProtocol(asyncio.Protocol):
         if self.drained is not None and self.held <= self.mark and not self.write_paused:
             self._wake_streams()  # streamed replies behind the head may pull again
         if self.parked or self.read_paused:
-            self._refill()
+            if self.answering:  # within a model's completion (replies.Answer): no new request is queued there
+                self.loop.call_soon(self._refill)  # type: ignore[union-attr]
+            else:
+                self._refill()
         if not slots and self.phase == IDLE:  # nothing pending: the keep-alive timeout starts
             self.since = self.clock()
             POLL.answered(self.loop)  # (poll.py)

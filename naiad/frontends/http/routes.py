@@ -28,6 +28,7 @@ from naiad.frontends.http.shared_memory import route as shared_memory_route
 from naiad.frontends.replies import (
     OCTET,
     SSE,
+    Answer,
     Deferred,
     Reply,
     Streamed,
@@ -182,7 +183,12 @@ class Router:
         request, options = decode_request(body, length, name, version, self.service.shared_memory)
         if self.forward is not None:
             request.parameters.update(self.forward.select(header_pairs(headers)))
-        future = self.service.infer(request, model)
+        service = self.service
+        if service.in_flight:  # under load the replies wait for the loop's turn, behind the next executions' sends
+            future: Any = service.infer(request, model)
+        else:  # alone: the reply leaves within the model's completion (replies.Answer)
+            future = Answer()
+            service.infer(request, model, future)
         accept = headers.get(b"accept-encoding")
         return Deferred(future, lambda f: self._infer_reply(f.result(), options, accept, model))
 

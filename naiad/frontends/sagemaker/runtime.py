@@ -103,7 +103,7 @@ class RuntimeDoor:
         if not isinstance(result, Deferred):
             return result
         try:
-            await asyncio.wait([result.future])
+            await asyncio.wait([asyncio.ensure_future(result.future)])  # (an Answer is wrapped in a task)
         except asyncio.CancelledError:
             result.future.cancel()  # the client went away: so does its request
             raise
