@@ -15,11 +15,14 @@ could do.
 
     python benchmarks/multicore.py [--seconds 5] [--concurrency 16] [--models add_sub,identity]
                                    [--protocols http,grpc] [--processes 1,2] [--root TREE ...] [--rounds 1]
-                                   [--pin-host]
+                                   [--pin-host [--warm-host]]
 
 With several ``--root`` trees (naiad checkouts; default: this one), each round measures every tree in turn, so an
 A/B comparison alternates on the same noisy box. ``--pin-host`` gives the host (N > 1) a core of its own, as it
 has on a many-core machine; on a shared core its figure also carries the cost of being switched in and out.
+``--warm-host`` also runs a spinner at the idle priority (SCHED_IDLE) on the host's core: it never delays the
+host, but keeps the core from halting between the host's wakes. On this VM (no guest halt-polling) a wake from a
+halted core costs the host several µs per request that a saturated host, which never halts, does not pay.
 """
 
 from __future__ import annotations
@@ -91,7 +94,7 @@ def _pin(proc: psutil.Process, cpus: set[int]) -> None:
 
 
 def measure(tree: Path, repo: Path, model: str, protocol: str, processes: int, seconds: float,
-            concurrency: int, pin_host: bool = False) -> dict[str, float]:
+            concurrency: int, pin_host: bool = False, warm_host: bool = False) -> dict[str, float]:
     http_port, grpc_port = free_port(), free_port()
     env = {**os.environ, "PYTHONPATH": str(tree)}
     server = subprocess.Popen(
@@ -99,6 +102,7 @@ def measure(tree: Path, repo: Path, model: str, protocol: str, processes: int, s
          "--http-address", "127.0.0.1", "--grpc-port", str(grpc_port), "--grpc-address", "127.0.0.1",
          "--allow-metrics=false", "--frontend-processes", str(processes)],
         stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env, cwd=tree)
+    spinner = None
     try:
         wait_ready(f"http://127.0.0.1:{http_port}", server, 60)
         host = psutil.Process(server.pid)
@@ -112,6 +116,10 @@ def measure(tree: Path, repo: Path, model: str, protocol: str, processes: int, s
             _pin(host, {cpus[-1]})
             for child in children:
                 _pin(child, others)
+            if warm_host:
+                spinner = subprocess.Popen([sys.executable, "-c", "while True: pass"])
+                os.sched_setaffinity(spinner.pid, {cpus[-1]})
+                os.sched_setscheduler(spinner.pid, os.SCHED_IDLE, os.sched_param(0))
         url = f"127.0.0.1:{grpc_port if protocol == 'grpc' else http_port}"
         # The load generator is this tree's, whichever tree serves.
         bench_env = {**os.environ, "PYTHONPATH": str(ROOT)}
@@ -130,6 +138,9 @@ def measure(tree: Path, repo: Path, model: str, protocol: str, processes: int, s
                 "front_us": (after[3] - before[3]) * 1e6 / requests,
                 "worker_us": (after[4] - before[4]) * 1e6 / requests}
     finally:
+        if spinner is not None:
+            spinner.kill()
+            spinner.wait()
         server.send_signal(signal.SIGTERM)
         try:
             server.wait(30)
@@ -154,6 +165,9 @@ def main() -> int:
     parser.add_argument("--pin-host", action="store_true",
                         help="run the model host alone on the last core, and the front ends, workers and load "
                              "generator on the others (as on a many-core machine, where the host's core is its own)")
+    parser.add_argument("--warm-host", action="store_true",
+                        help="with --pin-host: keep the host's core from halting between its wakes (an idle-priority "
+                             "spinner there), as a saturated host's core never halts")
     args = parser.parse_args()
     trees = [t.resolve() for t in args.root] if args.root else [ROOT]
     label = len(trees) > 1
@@ -167,7 +181,7 @@ def main() -> int:
                     for processes in map(int, args.processes.split(",")):
                         for index, tree in enumerate(trees):
                             row = measure(tree, repo, model, protocol, processes, args.seconds, args.concurrency,
-                                          args.pin_host and processes > 1)
+                                          args.pin_host and processes > 1, args.warm_host)
                             # From one process's figures the host's share can't be told from the front end's.
                             prediction = (" / ".join(f"{predict(row, c):,.0f}" for c in (4, 8, 16))
                                           if processes > 1 else "-")

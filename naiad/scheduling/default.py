@@ -31,9 +31,17 @@ class DefaultScheduler:
         """Nothing to cancel: this scheduler keeps no timers."""
 
     def enqueue(self, request: InferRequest, done: Done) -> None:
-        self._queue.append((request, done))
-        if self._pool:
-            self._dispatch()
+        if self._queue or not self._pool:
+            self._queue.append((request, done))
+            if self._pool:
+                self._dispatch()
+            return
+        # Nothing waits and an instance is free: straight to it (no trip through the queue).
+        instance = self._pool.take()
+        if instance is None:  # (a rate limiter refused it; its wake dispatches the queue)
+            self._queue.append((request, done))
+            return
+        run(instance, [request], partial(self._finish, done, now_ns()))
 
     def _dispatch(self) -> None:
         while self._queue:
