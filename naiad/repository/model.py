@@ -232,12 +232,7 @@ class ModelVersion:
         if failed:
             self.stats.record_failure(elapsed, failed if isinstance(failed, str) else "BACKEND")
         else:
-            success = self.stats.success
-            if success.window is None:  # no summaries (the default): added in place, one call fewer
-                success.count += 1
-                success.ns += elapsed
-            else:
-                success.add(elapsed)
+            self.stats.success.add(elapsed)
         response.model_version = self.version_str
         if not done:
             future.set_result(response)

@@ -11,6 +11,7 @@ import logging
 import socket
 from typing import Any, Callable
 
+from naiad.core.answer import Answer
 from naiad.core.errors import InferError, internal
 from naiad.core.request import InferRequest, InferResponse
 from naiad.repository.consent import CodeConsent
@@ -32,54 +33,23 @@ def error_value(exc: BaseException) -> tuple[str, str, str]:
     return type(exc).__name__, exc.code.name, exc.message
 
 
-class Answer:
-    """A unary request's future at the host, as the face and the model use one (``done``, ``cancelled``,
-    ``set_result``, ``cancel``, ``add_done_callback``), resolved synchronously: the answer is queued for the front
-    end within ``set_result`` and the callbacks run there too, with no future, no loop callback and no closure
-    per request. Nothing awaits it."""
+class Pending(Answer):
+    """A front end's unary request at the host: answered (within ``set_result``), it is queued for the front end,
+    with no asyncio future, loop callback or closure per request. Nothing awaits it; cancelled, the front end
+    expects no answer (its client went away, or it is gone)."""
 
-    __slots__ = ("callbacks", "id", "link", "state")
+    __slots__ = ("id", "link")
 
     def __init__(self, link: Link, id_: int) -> None:
+        super().__init__()
         self.link = link
         self.id = id_
-        self.state = 0  # 1: answered, 2: cancelled
-        self.callbacks: list[Callable[[Answer], object]] = []
-
-    def done(self) -> bool:
-        return self.state != 0
-
-    def cancelled(self) -> bool:
-        return self.state == 2
-
-    def add_done_callback(self, callback: Callable[[Answer], object]) -> None:
-        if self.state:
-            callback(self)
-        else:
-            self.callbacks.append(callback)
 
     def set_result(self, response: InferResponse) -> None:
-        if self.state:
-            raise asyncio.InvalidStateError("already answered")
-        self.state = 1
-        callbacks = self.callbacks
-        if callbacks:  # (none for a request an inline run answered within submit)
-            self.callbacks = []
-            for callback in callbacks:
-                callback(self)
+        super().set_result(response)
         link = self.link
         if link.requests.pop(self.id, None) is self:
             link._result(self.id, response)
-
-    def cancel(self) -> bool:
-        """The front end cancelled it (its client went away) or is gone: it expects no answer."""
-        if self.state:
-            return False
-        self.state = 2
-        for callback in self.callbacks:
-            callback(self)
-        self.callbacks = []
-        return True
 
 
 class Link(ChannelEnd):
@@ -99,7 +69,7 @@ class Link(ChannelEnd):
         self.ready = asyncio.Event()
         self.on_ready: Callable[[], None] | None = None
         # Unary answers and stream / call tasks, by the front end's id.
-        self.requests: dict[int, Answer | asyncio.Future] = {}
+        self.requests: dict[int, Pending | asyncio.Future] = {}
 
     def _channel_lost(self) -> None:
         self.lost()
@@ -204,7 +174,7 @@ class Link(ChannelEnd):
         request.priority = priority
         request.timeout_us = timeout_us
         request.raw_input = raw_input
-        answer = Answer(self, id_)
+        answer = Pending(self, id_)
         self.requests[id_] = answer
         try:
             self.service.infer(request, None, answer)  # type: ignore[arg-type]

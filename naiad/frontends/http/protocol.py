@@ -16,19 +16,20 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from functools import partial
 from collections import deque
+from functools import partial
 from http import HTTPStatus
 from typing import cast
 
 import httptools
 import orjson
 
+from naiad.core.answer import Answer
 from naiad.frontends.connections import PORT_FULL, peer_address
 from naiad.frontends.http.limits import INF, Listener
 from naiad.frontends.http.routes import Router
 from naiad.frontends.poll import POLL
-from naiad.frontends.replies import Answer, Deferred, Reply, Streamed
+from naiad.frontends.replies import Deferred, Reply, Streamed
 
 log = logging.getLogger("naiad.http")
 
@@ -573,7 +574,7 @@ class HttpProtocol(asyncio.Protocol):
         if self.drained is not None and self.held <= self.mark and not self.write_paused:
             self._wake_streams()  # streamed replies behind the head may pull again
         if self.parked or self.read_paused:
-            if self.answering:  # within a model's completion (replies.Answer): no new request is queued there
+            if self.answering:  # within a model's completion (core.answer.Answer): no new request is queued there
                 self.loop.call_soon(self._refill)  # type: ignore[union-attr]
             else:
                 self._refill()

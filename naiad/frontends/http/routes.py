@@ -10,8 +10,11 @@ from urllib.parse import unquote
 
 import orjson
 
+from naiad.core.answer import Answer
 from naiad.core.errors import Code, InferError, internal, invalid
 from naiad.core.request import InferRequest, InferResponse
+from naiad.frontends.dashboard.routes import Dashboard
+from naiad.frontends.http import settings
 from naiad.frontends.http.browsers import BrowserGuard
 from naiad.frontends.http.codec import OutputOptions, decode_request, encode_response
 from naiad.frontends.http.compression import compress, decompress
@@ -21,14 +24,11 @@ from naiad.frontends.http.generate import (
     sse_error,
     sse_event,
 )
-from naiad.frontends.dashboard.routes import Dashboard
-from naiad.frontends.http import settings
 from naiad.frontends.http.options import HttpOptions
 from naiad.frontends.http.shared_memory import route as shared_memory_route
 from naiad.frontends.replies import (
     OCTET,
     SSE,
-    Answer,
     Deferred,
     Reply,
     Streamed,
@@ -186,7 +186,7 @@ class Router:
         service = self.service
         if service.in_flight:  # under load the replies wait for the loop's turn, behind the next executions' sends
             future: Any = service.infer(request, model)
-        else:  # alone: the reply leaves within the model's completion (replies.Answer)
+        else:  # alone: the reply leaves within the model's completion (core.answer.Answer)
             future = Answer()
             service.infer(request, model, future)
         accept = headers.get(b"accept-encoding")
