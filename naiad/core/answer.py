@@ -59,7 +59,8 @@ class Answer:
             raise asyncio.InvalidStateError("invalid state")
         self.state = 1
         self.response = response
-        self._run_callbacks()
+        if self.callbacks:  # (none for a request an inline run answered within submit)
+            self._run_callbacks()
 
     def cancel(self) -> bool:
         if self.state:
