@@ -20,6 +20,7 @@ from naiad.frontends.http.options import HttpOptions
 from naiad.frontends.http.routes import Router
 from naiad.frontends.sagemaker.routes import SageMakerRouter
 from naiad.ray.asgi import Receive, Send, Wire, lifespan, read_request, send_result, send_wire
+from naiad.ray.handles import CALL, Handles, for_method
 from naiad.ray.local import build_service, local_repositories, sagemaker_options
 from naiad.ray.options import RayServeOptions
 from naiad.ray.routing import AUTOMATIC, lost
@@ -27,6 +28,7 @@ from naiad.ray.rpc import RPC, STREAM
 from naiad.ray.rpc_ingress import RpcIngress
 from naiad.ray.statistics import app_name, board, merge
 from naiad.sagemaker.contract import TARGET_MODEL
+from naiad.service.assemble import find_model
 
 log = logging.getLogger("naiad.ray")
 
@@ -62,9 +64,6 @@ class Statistics:
         self.version = version
 
 
-CALL = "__call__"  # the model deployment's HTTP method (rpc.RPC and rpc.STREAM: its gRPC ones)
-
-
 class Ingress(RpcIngress):
     def __init__(self, model: Any, options: RayServeOptions) -> None:
         # DeploymentHandle of the model deployment. Its options came pickled from the process that built the
@@ -80,14 +79,17 @@ class Ingress(RpcIngress):
         self.scratch = Path(tempfile.mkdtemp(prefix="naiad-ray-ingress-"))
         # Over the repositories themselves, in explicit mode with nothing loaded: the index lists every model a
         # replica can load.
-        self.service = build_service(options, self.scratch, local_repositories(options.model_repositories))
+        self.repositories = local_repositories(options.model_repositories)
+        self.service = build_service(options, self.scratch, self.repositories)
         sagemaker = sagemaker_options(options, self.scratch / "models")
         # Behind Ray's proxy the Host is the cluster's name, which naiad can't know: no Host check (Origin stays).
         self.http = Router(self.service, HttpOptions(allowed_hosts=["*"]))
         self.sagemaker = SageMakerRouter(self.service, sagemaker, allowed_hosts=["*"])
         self.default_model = options.default_model
-        # Per method of the model deployment, one handle per model, made once.
-        self.handles: dict[str, dict[str, Any]] = {CALL: {}, RPC: {}, STREAM: {}}
+        # Per model of the repositories, a handle per method of the model deployment (the most recently used
+        # models'); a name no repository has goes without a model id, through one handle per method.
+        self.handles = Handles()
+        self.unrouted = {method: for_method(self.model, method) for method in (CALL, RPC, STREAM)}
         self.first: dict[str, asyncio.Future] = {}  # a model's first request, while it is under way
         self.board: Any = None  # the statistics board, found on first use
         super().__init__(self.service)
@@ -188,44 +190,44 @@ class Ingress(RpcIngress):
     async def reach(self, name: str, method: str, args: tuple) -> Any:
         """``method``'s answer, from a replica holding model ``name`` (raises ``InferError`` UNAVAILABLE when the
         replica is lost or every queue is full). A streamed method (STREAM) answers its first item and the rest."""
-        handle = self.handles[method].get(name)
+        handle = self.handles.get(name, method)
         if handle is None:
-            if name not in self.handles[CALL]:
-                return await self._first(name, method, args)
-            handle = self._handle(name, method)
+            if find_model(self.repositories, name) is None:
+                # No repository has it (a stat per repository): a replica's routers answer that, as they do a
+                # request naming no model, and nothing is kept for the name.
+                return await self._call(self.unrouted[method], name, method, args)
+            return await self._first(name, method, args)
         if self.first:  # some model's first request is under way (rare: a dict's truth is the only cost)
             first = self.first.get(name)
             if first is not None:  # it is this model's, loading it: wait for it to land somewhere
                 await asyncio.wait([first], timeout=_FIRST_WAIT_S)
         return await self._call(handle, name, method, args)
 
-    def _handle(self, name: str, method: str) -> Any:
-        """The handle for ``method`` of the replicas of ``name`` (sharing the model's router), made once."""
-        handle = self.handles[CALL][name]
-        if method != CALL:
-            handle = handle.options(method_name=method, stream=method == STREAM)
-        self.handles[method][name] = handle
-        return handle
+    def cached_models(self) -> list[str]:
+        """The models this ingress holds handles for, least recently used first (through a Ray handle: tests,
+        debugging)."""
+        return list(self.handles.names)
 
     async def _first(self, name: str, method: str, args: tuple) -> Any:
         """A model's first request here goes alone: until it has loaded the model on a replica, Ray knows of no
         replica holding it and would spread the requests behind it over every replica, each loading its own copy.
         They wait for it instead, and then go where it went."""
-        self.handles[CALL][name] = self.model.options(multiplexed_model_id=name)
+        handle = self.handles.add(name, self.model.options(multiplexed_model_id=name), method)
         done = self.first[name] = asyncio.get_running_loop().create_future()
         try:
-            answer = await self._call(self._handle(name, method), name, method, args)
+            answer = await self._call(handle, name, method, args)
         except BaseException:
             self._release(name, done)
             raise
         # The waiters go once Ray's router knows where the model went; this answer needn't wait for that.
         # (Its handle's router: the one that learned the way there.) Once per model, not on the per-request path.
-        task = asyncio.ensure_future(_placed(self.handles[method][name], name))
+        task = asyncio.ensure_future(_placed(handle, name))
         task.add_done_callback(lambda _: self._release(name, done))
         return answer
 
     def _release(self, name: str, done: asyncio.Future) -> None:
-        del self.first[name]
+        if self.first.get(name) is done:  # (a first again, its handles dropped meanwhile, has its own)
+            del self.first[name]
         done.set_result(None)
 
     async def _call(self, handle: Any, name: str, method: str, args: tuple) -> Any:

@@ -14,6 +14,14 @@ def model_dirs(repository: Path) -> dict[str, Path]:
     return {p.name: p for p in sorted(repository.iterdir()) if p.is_dir() and not p.name.startswith(".")}
 
 
+def model_dir(repository: Path, name: str) -> Path | None:
+    """The folder of model ``name`` as ``model_dirs`` lists it, found with one stat rather than a listing."""
+    if not name or name.startswith(".") or "/" in name:  # a sub-folder's own name: one path component, not hidden
+        return None
+    folder = repository / name
+    return folder if folder.is_dir() else None
+
+
 def version_dirs(model_dir: Path) -> dict[int, Path]:
     """Numeric folders only; Triton ignores names like ``abc`` and ``01`` (leading zeros)."""
     found: dict[int, Path] = {}

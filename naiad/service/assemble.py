@@ -10,7 +10,7 @@ import tempfile
 from pathlib import Path
 
 from naiad.repository.control import ModelControl
-from naiad.repository.layout import model_dirs
+from naiad.repository.layout import model_dir
 from naiad.repository.manager import ModelRepository, RepositoryOptions
 from naiad.sagemaker.residency import Residency
 from naiad.service.face import Service
@@ -33,7 +33,7 @@ def local_repositories(specs: list[str]) -> list[Path]:
 def find_model(repositories: list[Path], name: str) -> Path | None:
     """The folder of model ``name`` in the first repository that has one."""
     for repository in repositories:
-        folder = model_dirs(repository).get(name)
+        folder = model_dir(repository, name)
         if folder is not None:
             return folder
     return None
