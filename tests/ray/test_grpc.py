@@ -4,6 +4,7 @@ answered by the replica holding it (Ray's multiplexing, keyed by the request's m
 
 from __future__ import annotations
 
+import json
 import queue
 from collections import defaultdict
 from collections.abc import Callable, Iterator
@@ -21,11 +22,12 @@ from tritonclient.grpc import service_pb2 as pb
 from tritonclient.grpc import service_pb2_grpc
 from tritonclient.utils import InferenceServerException
 
-from naiad.ray.application import build
+from naiad.ray.application import INGRESS, build
 from naiad.ray.options import RayServeOptions
 from tests.models import write_model
 from tests.ray.conftest import APP, Cluster, wait_for
 from tests.ray.test_routing import copies
+from tests.ray.test_serve import ADD_SUB, request
 from tests.server import RunningServer
 
 MODELS = ["m0", "m1"]
@@ -166,6 +168,44 @@ def test_errors_match_naiad_serve(ray_grpc: str, naiad_grpc: str, call: Callable
             client.close()
     assert answers[0] == answers[1]
     assert answers[0] == ("answer", False) or answers[0][0].startswith("StatusCode.")
+
+
+def test_unknown_names_keep_nothing_in_the_ingress(cluster: Cluster, ray_grpc: str, naiad_grpc: str) -> None:
+    """A client trying many model names no repository has, over HTTP, gRPC and a gRPC stream: each gets the
+    answer naiad serve gives, and the ingress holds handles only for the repository's models it served."""
+    from ray import serve
+
+    names = [f"probe-{i}" for i in range(30)]
+    stream_answers = []
+    for url in (ray_grpc, naiad_grpc):
+        channel = grpc.insecure_channel(url)
+        stub = service_pb2_grpc.GRPCInferenceServiceStub(channel)
+        try:
+            with pytest.raises(grpc.RpcError) as caught:
+                stub.ModelInfer(pb.ModelInferRequest(model_name=names[0]), timeout=60)
+            assert (caught.value.code(), caught.value.details()) == (
+                grpc.StatusCode.NOT_FOUND, "Request for unknown model: 'probe-0' is not found")
+            requests = [pb.ModelInferRequest(model_name=name, id=name) for name in names[-3:]]
+            stream_answers.append([(r.error_message, r.infer_response.id)
+                                   for r in stub.ModelStreamInfer(iter(requests), timeout=60)])
+        finally:
+            channel.close()
+    assert stream_answers[0] == stream_answers[1]
+    assert stream_answers[0][0] == ("Request for unknown model: 'probe-27' is not found", "probe-27")
+    client = grpcclient.InferenceServerClient(ray_grpc)
+    try:
+        for name in names:
+            assert client.is_model_ready(name) is False
+            with pytest.raises(InferenceServerException, match=f"Request for unknown model: '{name}' is not found"):
+                client.infer(name, add_sub())
+        client.infer("m1", add_sub())
+    finally:
+        client.close()
+    for name in names:
+        status, body, _ = request(cluster.url, "POST", f"/v2/models/{name}/infer", json.dumps(ADD_SUB).encode())
+        assert (status, json.loads(body)) == (404, {"error": f"Request for unknown model: '{name}' is not found"})
+    cached = serve.get_deployment_handle(INGRESS, APP).cached_models.remote().result(timeout_s=30)
+    assert "m1" in cached and not set(names) & set(cached)
 
 
 def test_statistics_and_model_control(ray_grpc: str) -> None:
