@@ -10,11 +10,15 @@ Runs, one after the other, each loaded by wrk (pinned to `--wrk-cpu`) with a KSe
 * Ray Serve, 2 replicas: the same with two replicas, the requests alternating between the two models so that
   each replica serves its own (model-aware routing).
 
+The Ray instance has the settings `naiad ray serve` gives the Ray it starts (`--ray-settings naiad`, the default:
+direct ingress, so clients reach the ingress replica's own port, and Ray's throughput settings everywhere) or
+Ray's defaults (`--ray-settings plain`: clients go through Ray's HTTP proxy).
+
 At 1 connection the time per request (1 / req/s, wrk's own time included) is the latency a client sees; the
-difference between Ray and naiad serve is the per-request overhead: Ray's HTTP proxy, the ingress replica and the
-hop to the model replica (two actor calls, the request and the encoded reply pickled as bytes). At more
+difference between Ray and naiad serve is the per-request overhead: the ingress replica (and, with plain settings,
+Ray's HTTP proxy before it) and the hop to the model replica (the request and the encoded reply as bytes). At more
 connections, req/s is the throughput. Ray's processes are not pinned (there are many); on a small machine the
-2-replica figure mostly shows whether the proxy and ingress, not the replicas, are the bottleneck.
+2-replica figure mostly shows whether the ingress, not the replicas, is the bottleneck.
 
     flock /tmp/naiad-bench.lock python3 benchmarks/ray_overhead.py --duration 5
 
@@ -58,6 +62,36 @@ def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
+
+
+def free_range(count: int) -> int:
+    """The first of ``count`` consecutive free ports."""
+    import socket
+
+    while True:
+        base = free_port()
+        try:
+            for port in range(base, base + count):
+                with socket.socket() as s:
+                    s.bind(("127.0.0.1", port))
+            return base
+        except OSError:
+            continue
+
+
+def answering(ports: list[int], timeout: float = 120) -> int:
+    """The port (of the direct-ingress range, or the proxy's) where the application just deployed answers."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        for port in ports:
+            try:
+                request = urllib.request.Request(f"http://127.0.0.1:{port}/v2/models/{NAMES[0]}/infer", BODY.encode())
+                urllib.request.urlopen(request, timeout=30).read()
+                return port
+            except Exception:  # noqa: BLE001 - not this one, or not up yet
+                pass
+        time.sleep(0.5)
+    raise SystemExit(f"nothing answered on ports {ports}")
 
 
 def repository(root: Path) -> Path:
@@ -149,6 +183,7 @@ def main() -> None:
     parser.add_argument("--connections", type=int, nargs="+", default=[1, 8])
     parser.add_argument("--server-cpu", default="1")
     parser.add_argument("--wrk-cpu", default="0")
+    parser.add_argument("--ray-settings", choices=("naiad", "plain"), default="naiad")
     args = parser.parse_args()
     rows = []
     with tempfile.TemporaryDirectory() as scratch_name:
@@ -167,23 +202,40 @@ def main() -> None:
             server.wait(30)
 
         os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
-        import ray
+        # This tree's naiad, in this process and Ray's (which inherit the environment)
+        sys.path.insert(0, str(ROOT))
+        os.environ["PYTHONPATH"] = os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))
+        from naiad.ray.options import RayServeOptions
+        from naiad.ray.tuning import ray_environment
+
+        for key in [k for k in os.environ if k.startswith("RAY_SERVE_")]:
+            del os.environ[key]  # only the chosen settings
+        naiad_settings = args.ray_settings == "naiad"
+        port = proxy_port = free_port()
+        ports = [port]
+        if naiad_settings:  # each application's one ingress replica serves a port of this range itself
+            base = free_range(3)
+            ports = [base, base + 1, base + 2]
+            os.environ.update(ray_environment(RayServeOptions(model_repositories=["."], http_port=base,
+                                                              ingress_replicas=len(ports))))
+        import ray  # after the settings: Ray Serve reads them on import, in this process too
         from ray import serve
 
         from naiad.ray.application import build
-        from naiad.ray.options import RayServeOptions
 
         ray.init(include_dashboard=False, log_to_driver=False, configure_logging=False)
-        port = free_port()
-        serve.start(http_options={"host": "127.0.0.1", "port": port})
+        serve.start(http_options={"host": "127.0.0.1", "port": proxy_port})
         try:
             serve.run(floor_application(), name="floor", route_prefix="/")
+            port = answering(ports)
             rows.append(measure("Ray Serve floor (echo)", port, NAMES, args, scratch))
             serve.delete("floor")
             for replicas in (1, 2):
                 options = RayServeOptions(model_repositories=[str(repo)], min_replicas=replicas,
-                                          max_replicas=replicas, max_models_per_replica=2, replica_num_cpus=0.5)
+                                          max_replicas=replicas, max_models_per_replica=2, replica_num_cpus=0.5,
+                                          throughput_optimized=naiad_settings, direct_ingress=naiad_settings)
                 serve.run(build(options), name="naiad", route_prefix="/")
+                port = answering(ports)
                 wait_ready(port)
                 rows.append(measure(f"Ray Serve, {replicas} replica{'s' * (replicas > 1)}", port, NAMES, args,
                                     scratch))
@@ -192,7 +244,8 @@ def main() -> None:
             serve.shutdown()
             ray.shutdown()
 
-    print(f"add_sub FP32[4], KServe v2 JSON, wrk {args.duration:g} s per run; req/s by connections")
+    print(f"add_sub FP32[4], KServe v2 JSON, wrk {args.duration:g} s per run, Ray settings: {args.ray_settings}; "
+          "req/s by connections")
     print(f"{'setup':<24}" + "".join(f"{c:>10}" for c in args.connections) + f"{'ms/request @1':>16}")
     for row in rows:
         one = row.get(1)
