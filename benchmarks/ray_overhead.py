@@ -27,6 +27,7 @@ Stdlib + ray[serve]; external tools: wrk, taskset.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import re
@@ -84,12 +85,10 @@ def answering(ports: list[int], timeout: float = 120) -> int:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         for port in ports:
-            try:
+            with contextlib.suppress(Exception):  # not this one, or not up yet
                 request = urllib.request.Request(f"http://127.0.0.1:{port}/v2/models/{NAMES[0]}/infer", BODY.encode())
                 urllib.request.urlopen(request, timeout=30).read()
                 return port
-            except Exception:  # noqa: BLE001 - not this one, or not up yet
-                pass
         time.sleep(0.5)
     raise SystemExit(f"nothing answered on ports {ports}")
 
