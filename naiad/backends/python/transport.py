@@ -126,7 +126,17 @@ class Channel:
                 self._held.append(message)
                 self.release()
                 return
-            self._send(self._dumps(message))
+            data = self._dumps(message)
+            arena = self.arena
+            # The common case in one call: a small message, nothing to announce or queued before it.
+            if (len(data) <= MAX_MESSAGE and not self._backlog and not arena.new_fds and not arena.dropped
+                    and not arena.retired and not arena.one_off and not self.closed):
+                try:
+                    self.sock.send(data)
+                    return
+                except (BlockingIOError, OSError):
+                    pass  # the general path below waits, queues or reports the end
+            self._send(data)
 
     def send_many(self, messages: list[Message]) -> None:
         """Send ``messages`` in order, in one datagram when they fit (else one each)."""
