@@ -666,6 +666,11 @@ def _poll() -> None:
 
 
 def get_input_tensor_by_name(inference_request: InferenceRequest, name: str) -> Tensor | None:
+    if type(inference_request) is InferenceRequest:  # the method's loop, without a second call
+        for tensor in inference_request._inputs:
+            if tensor._name == name:
+                return tensor
+        return None
     return inference_request.get_input_tensor_by_name(name)
 
 

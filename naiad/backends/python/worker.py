@@ -56,13 +56,14 @@ from naiad.backends.python.messages import Kind, reads
 from naiad.backends.python.runner import CODES, check_response, check_result, describe, execute_failed
 from naiad.backends.python.runner import import_model, initialize
 from naiad.backends.python.shm import Arena
-from naiad.backends.python.transport import _DTYPES, Channel
+from naiad.backends.python.transport import _DTYPES, INLINE_TENSOR, Channel
 from naiad.core.errors import Code, InferError, internal
 
 FINAL = pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL
 RESCHEDULE, _SENT = pb_utils.TRITONSERVER_REQUEST_RELEASE_RESCHEDULE, pb_utils.SENT
 _InferenceRequest, _RequestState = pb_utils.InferenceRequest, pb_utils._RequestState
-_new_request = _new_tensor = object.__new__
+_InferenceResponse, _new_request = pb_utils.InferenceResponse, object.__new__
+_new_tensor = _new_request
 _Tensor, _frombuffer, _partial = pb_utils.Tensor, np.frombuffer, functools.partial
 _encode_done, _encode_response = M.done, M.response  # (hot path: no module lookup per call)
 _EXECUTE, _FINALIZE = int(Kind.EXECUTE), int(Kind.FINALIZE)
@@ -431,10 +432,14 @@ class Worker:
                 wire = None
             elif special:
                 wire = self._special_wire(result, states)
+            elif type(result) is list and len(result) == len(states):
+                # The usual answer: check_result's checks, inline for a plain response without an error.
+                response_wire, name = self._response_wire, self.name
+                wire = [response_wire(r if type(r) is _InferenceResponse and r._error is None
+                                      else check_response(r, name), s.requested) for r, s in zip(result, states)]
             else:
-                checked = check_result(result, len(states), self.name)
-                wire = [self._response_wire(c, s.requested) for c, s in zip(checked, states)]
-                del checked
+                wire = [self._response_wire(c, s.requested)
+                        for c, s in zip(check_result(result, len(states), self.name), states)]
             del result
             for state in states:
                 state.response = None
@@ -520,12 +525,17 @@ class Worker:
         if isinstance(response, InferError):
             self._errors.append(response.message)
             return error_wire(response)
-        pack = self.ch.pack
+        pack, outputs = self.ch.pack, []
         try:
-            if requested is None:
-                outputs = [pack(t._name, t._array) for t in response._output_tensors]
-            else:
-                outputs = [pack(t._name, t._array) for t in response._output_tensors if t._name in requested]
+            for tensor in response._output_tensors:
+                name, array = tensor._name, tensor._array
+                if requested is not None and name not in requested:
+                    continue
+                dtype = array.dtype
+                if array.nbytes <= INLINE_TENSOR and dtype.kind not in "OSU":  # Channel.pack's inline case, inline
+                    outputs.append((name, dtype.str, array.shape, array.tobytes()))
+                else:
+                    outputs.append(pack(name, array))
         except InferError as exc:  # shared memory exhausted: this response fails, the instance lives on
             return error_wire(InferError(f"Failed to send the outputs of model '{self.name}': {exc.message}",
                                          exc.code))
