@@ -68,6 +68,7 @@ class Channel:
         self._on_blocked = on_blocked
         self._backlog: deque[tuple[bytes, list[int]]] = deque()
         self._buffer = bytearray(MAX_MESSAGE)
+        self._view = memoryview(self._buffer)  # (made once: receive slices it per datagram)
         self._held: list[Message] = []  # messages ``hold`` kept back; the next send takes them along
         self.closed = False
         self.use(codec)
@@ -231,7 +232,7 @@ class Channel:
         end is gone."""
         out: list[Message] = []
         buffer = self._buffer
-        view = memoryview(buffer)
+        view = self._view
         recvmsg_into = self.sock.recvmsg_into
         loads = self._loads
         flags_in = 0 if wait else socket.MSG_DONTWAIT

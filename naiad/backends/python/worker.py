@@ -67,6 +67,9 @@ _new_tensor = _new_request
 _Tensor, _frombuffer, _partial = pb_utils.Tensor, np.frombuffer, functools.partial
 _encode_done, _encode_response = M.done, M.response  # (hot path: no module lookup per call)
 _EXECUTE, _FINALIZE = int(Kind.EXECUTE), int(Kind.FINALIZE)
+# The execute path reads and writes small tensor records as bare tuples (no call per tensor): in this order.
+if M.Tensor._fields != ("name", "dtype", "shape", "payload"):
+    raise ImportError("worker.py's inline tensor records must follow messages.Tensor's fields")
 # The answer to an execution skipped because every request in it was cancelled (core's drop_cancelled wording).
 CANCELLED = M.error(Code.CANCELLED.name, "Request was cancelled")
 # A batch of executions from the server answers in one datagram while each takes less than this, and no
