@@ -376,7 +376,9 @@ class Worker:
             tensor = _new_tensor(_Tensor)
             name, dtype, shape, payload = record
             if type(payload) is bytes and dtype != "BYTES":  # small, inline: the model gets its own copy
-                tensor._name, tensor._array = name, _frombuffer(payload, dtypes[dtype]).reshape(shape).copy()
+                array = _frombuffer(payload, dtypes[dtype])
+                # (frombuffer's own shape is the record's when that has one dimension: the sender's array's bytes)
+                tensor._name, tensor._array = name, (array if len(shape) == 1 else array.reshape(shape)).copy()
             else:
                 tensor._name, tensor._array = unpack(True, *record)
             tensors.append(tensor)
@@ -444,8 +446,9 @@ class Worker:
                 wire = [self._response_wire(c, s.requested)
                         for c, s in zip(check_result(result, len(states), self.name), states)]
             del result
-            for state in states:
-                state.response = None
+            if special:  # (otherwise none holds a response)
+                for state in states:
+                    state.response = None
             cause = None
             if failed is not None or self._errors:  # (a failed execution only: the device may be poisoned)
                 failed, wire, cause = self._contain(failed, wire)
