@@ -16,7 +16,7 @@ from typing import Any
 import numpy as np
 
 from naiad.backends.python import dlpack
-from naiad.core.datatypes import BF16, deserialize_bytes, numpy_to_wire, serialize_bytes
+from naiad.core.datatypes import BF16, NUMPY_TO_WIRE, deserialize_bytes, numpy_to_wire, serialize_bytes
 
 TRITONSERVER_REQUEST_FLAG_SEQUENCE_START = 1
 TRITONSERVER_REQUEST_FLAG_SEQUENCE_END = 2
@@ -76,22 +76,26 @@ class Tensor:
 
     def __init__(self, name: str, array: Any) -> None:
         # Triton's binding refuses a missing name or array before anything else (pybind11: TypeError).
-        _need(name, str, "name")
-        if array is None:
-            raise TypeError("Tensor(): incompatible function arguments: the array must not be None")
-        if not isinstance(array, np.ndarray):
-            if hasattr(array, "__dlpack__"):
-                array = _from_dlpack(array)
-            else:
-                raise TritonModelException(
-                    f"Tensor '{name}': expected a numpy.ndarray, got {type(array).__name__}"
-                )
-        if array.dtype.kind in "SU":
-            # Fixed-width strings become BYTES, as Triton's python backend does.
-            array = np.array([x.encode() if isinstance(x, str) else bytes(x) for x in array.ravel()],
-                             dtype=np.object_).reshape(array.shape)
-        elif numpy_to_wire(array.dtype) is None:
-            raise TritonModelException(f"Tensor '{name}': unsupported numpy dtype {array.dtype}")
+        if type(name) is not str:
+            _need(name, str, "name")
+        if type(array) is not np.ndarray:  # (the checks in order; an exact ndarray passes the first two)
+            if array is None:
+                raise TypeError("Tensor(): incompatible function arguments: the array must not be None")
+            if not isinstance(array, np.ndarray):
+                if hasattr(array, "__dlpack__"):
+                    array = _from_dlpack(array)
+                else:
+                    raise TritonModelException(
+                        f"Tensor '{name}': expected a numpy.ndarray, got {type(array).__name__}"
+                    )
+        dtype = array.dtype
+        if dtype not in NUMPY_TO_WIRE:  # (a subscript for the usual types, where numpy_to_wire is a call)
+            if dtype.kind in "SU":
+                # Fixed-width strings become BYTES, as Triton's python backend does.
+                array = np.array([x.encode() if isinstance(x, str) else bytes(x) for x in array.ravel()],
+                                 dtype=np.object_).reshape(array.shape)
+            elif numpy_to_wire(dtype) is None:
+                raise TritonModelException(f"Tensor '{name}': unsupported numpy dtype {array.dtype}")
         self._name = name
         self._array = array
 
@@ -417,9 +421,10 @@ class InferenceResponse:
     ) -> None:
         if output_tensors is None:  # as Triton's binding (pybind11)
             raise TypeError("InferenceResponse(): incompatible function arguments: output_tensors must not be None")
-        if any(t is None for t in output_tensors):
-            raise TritonModelException("InferenceResponse(): an output tensor is None")
-        self._output_tensors = list(output_tensors)
+        tensors = self._output_tensors = list(output_tensors)
+        for tensor in tensors:  # (a loop, not any() over a generator: one call fewer per response)
+            if tensor is None:
+                raise TritonModelException("InferenceResponse(): an output tensor is None")
         if isinstance(error, str):
             error = TritonError(error)
         self._error = error
@@ -661,6 +666,11 @@ def _poll() -> None:
 
 
 def get_input_tensor_by_name(inference_request: InferenceRequest, name: str) -> Tensor | None:
+    if type(inference_request) is InferenceRequest:  # the method's loop, without a second call
+        for tensor in inference_request._inputs:
+            if tensor._name == name:
+                return tensor
+        return None
     return inference_request.get_input_tensor_by_name(name)
 
 

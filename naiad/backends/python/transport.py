@@ -68,6 +68,7 @@ class Channel:
         self._on_blocked = on_blocked
         self._backlog: deque[tuple[bytes, list[int]]] = deque()
         self._buffer = bytearray(MAX_MESSAGE)
+        self._view = memoryview(self._buffer)  # (made once: receive slices it per datagram)
         self._held: list[Message] = []  # messages ``hold`` kept back; the next send takes them along
         self.closed = False
         self.use(codec)
@@ -126,7 +127,17 @@ class Channel:
                 self._held.append(message)
                 self.release()
                 return
-            self._send(self._dumps(message))
+            data = self._dumps(message)
+            arena = self.arena
+            # The common case in one call: a small message, nothing to announce or queued before it.
+            if (len(data) <= MAX_MESSAGE and not self._backlog and not arena.new_fds and not arena.dropped
+                    and not arena.retired and not arena.one_off and not self.closed):
+                try:
+                    self.sock.send(data)
+                    return
+                except (BlockingIOError, OSError):
+                    pass  # the general path below waits, queues or reports the end
+            self._send(data)
 
     def send_many(self, messages: list[Message]) -> None:
         """Send ``messages`` in order, in one datagram when they fit (else one each)."""
@@ -221,7 +232,7 @@ class Channel:
         end is gone."""
         out: list[Message] = []
         buffer = self._buffer
-        view = memoryview(buffer)
+        view = self._view
         recvmsg_into = self.sock.recvmsg_into
         loads = self._loads
         flags_in = 0 if wait else socket.MSG_DONTWAIT

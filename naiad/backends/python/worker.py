@@ -34,6 +34,7 @@ if __name__ == "__main__":
     signal.signal(signal.SIGTERM, _server_decides)
 
 import asyncio  # noqa: E402
+import functools
 import inspect
 import mmap
 import os
@@ -46,6 +47,8 @@ from collections import deque
 from pathlib import Path
 from typing import Any, Iterator
 
+import numpy as np
+
 from naiad.backends import faults
 from naiad.backends.python import messages as M
 from naiad.backends.python import pb_utils
@@ -53,15 +56,20 @@ from naiad.backends.python.messages import Kind, reads
 from naiad.backends.python.runner import CODES, check_response, check_result, describe, execute_failed
 from naiad.backends.python.runner import import_model, initialize
 from naiad.backends.python.shm import Arena
-from naiad.backends.python.transport import Channel
+from naiad.backends.python.transport import _DTYPES, INLINE_TENSOR, Channel
 from naiad.core.errors import Code, InferError, internal
 
 FINAL = pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL
 RESCHEDULE, _SENT = pb_utils.TRITONSERVER_REQUEST_RELEASE_RESCHEDULE, pb_utils.SENT
-_InferenceRequest, _RequestState, _wrap = pb_utils.InferenceRequest, pb_utils._RequestState, pb_utils.Tensor._wrap
-_new_request = object.__new__
+_InferenceRequest, _RequestState = pb_utils.InferenceRequest, pb_utils._RequestState
+_InferenceResponse, _new_request = pb_utils.InferenceResponse, object.__new__
+_new_tensor = _new_request
+_Tensor, _frombuffer, _partial = pb_utils.Tensor, np.frombuffer, functools.partial
 _encode_done, _encode_response = M.done, M.response  # (hot path: no module lookup per call)
 _EXECUTE, _FINALIZE = int(Kind.EXECUTE), int(Kind.FINALIZE)
+# The execute path reads and writes small tensor records as bare tuples (no call per tensor): in this order.
+if M.Tensor._fields != ("name", "dtype", "shape", "payload"):
+    raise ImportError("worker.py's inline tensor records must follow messages.Tensor's fields")
 # The answer to an execution skipped because every request in it was cancelled (core's drop_cancelled wording).
 CANCELLED = M.error(Code.CANCELLED.name, "Request was cancelled")
 # A batch of executions from the server answers in one datagram while each takes less than this, and no
@@ -363,11 +371,21 @@ class Worker:
     @reads(M.Request)
     def _request(self, tag: int, index: int, id: str, correlation_id: Any, flags: int, timeout: int, parameters: dict,
                  requested: list | None, inputs: list) -> pb_utils.InferenceRequest:
-        unpack, wrap = self._unpack, _wrap
+        unpack, dtypes, tensors = self._unpack, _DTYPES, []
+        for record in inputs:
+            tensor = _new_tensor(_Tensor)
+            name, dtype, shape, payload = record
+            if type(payload) is bytes and dtype != "BYTES":  # small, inline: the model gets its own copy
+                array = _frombuffer(payload, dtypes[dtype])
+                # (frombuffer's own shape is the record's when that has one dimension: the sender's array's bytes)
+                tensor._name, tensor._array = name, (array if len(shape) == 1 else array.reshape(shape)).copy()
+            else:
+                tensor._name, tensor._array = unpack(True, *record)
+            tensors.append(tensor)
         request = _new_request(_InferenceRequest)
         request._model_name = self.model_name
         request._model_version = self.model_version
-        request._inputs = [wrap(*unpack(True, *record)) for record in inputs]
+        request._inputs = tensors
         request._by_name = None
         request._requested_output_names = requested if requested is not None else self.output_names
         request._request_id = id
@@ -375,7 +393,7 @@ class Worker:
         request._flags = flags
         request._timeout = timeout
         request._parameters = parameters
-        request._state = _RequestState(self.decoupled, self._sender_for(tag, index, requested), requested)
+        request._state = _RequestState(self.decoupled, _partial(self._send_response, tag, index, requested), requested)
         request._sender = None
         return request
 
@@ -419,13 +437,18 @@ class Worker:
                 wire = None
             elif special:
                 wire = self._special_wire(result, states)
+            elif type(result) is list and len(result) == len(states):
+                # The usual answer: check_result's checks, inline for a plain response without an error.
+                response_wire, name = self._response_wire, self.name
+                wire = [response_wire(r if type(r) is _InferenceResponse and r._error is None
+                                      else check_response(r, name), s.requested) for r, s in zip(result, states)]
             else:
-                checked = check_result(result, len(states), self.name)
-                wire = [self._response_wire(c, s.requested) for c, s in zip(checked, states)]
-                del checked
+                wire = [self._response_wire(c, s.requested)
+                        for c, s in zip(check_result(result, len(states), self.name), states)]
             del result
-            for state in states:
-                state.response = None
+            if special:  # (otherwise none holds a response)
+                for state in states:
+                    state.response = None
             cause = None
             if failed is not None or self._errors:  # (a failed execution only: the device may be poisoned)
                 failed, wire, cause = self._contain(failed, wire)
@@ -508,12 +531,17 @@ class Worker:
         if isinstance(response, InferError):
             self._errors.append(response.message)
             return error_wire(response)
-        pack = self.ch.pack
+        pack, outputs = self.ch.pack, []
         try:
-            if requested is None:
-                outputs = [pack(t._name, t._array) for t in response._output_tensors]
-            else:
-                outputs = [pack(t._name, t._array) for t in response._output_tensors if t._name in requested]
+            for tensor in response._output_tensors:
+                name, array = tensor._name, tensor._array
+                if requested is not None and name not in requested:
+                    continue
+                dtype = array.dtype
+                if array.nbytes <= INLINE_TENSOR and dtype.kind not in "OSU":  # Channel.pack's inline case, inline
+                    outputs.append((name, dtype.str, array.shape, array.tobytes()))
+                else:
+                    outputs.append(pack(name, array))
         except InferError as exc:  # shared memory exhausted: this response fails, the instance lives on
             return error_wire(InferError(f"Failed to send the outputs of model '{self.name}': {exc.message}",
                                          exc.code))
@@ -522,20 +550,20 @@ class Worker:
                                          Code.INTERNAL))
         return _encode_response(None, outputs, response._parameters)
 
-    def _sender_for(self, tag: int, index: int, requested: list[str] | None) -> Any:
-        def send(response: Any, flags: int) -> None:
-            with self.ch.lock:
-                if response is None:
-                    wire = None
-                else:
-                    checked = check_response(response, self.name)
-                    wire = self._response_wire(checked, requested)
-                self.ch.send(M.stream(tag, index, wire, flags))
-            if flags & FINAL and self.decoupled:
-                states = self.executions.get(tag)
-                if states is not None and all(s.closed for s in states):
-                    self.executions.pop(tag, None)
-        return send
+    def _send_response(self, tag: int, index: int, requested: list[str] | None, response: Any, flags: int) -> None:
+        """A request's response sender, bound to it with ``functools.partial`` (a C call per request, where a
+        closure cost a Python one)."""
+        with self.ch.lock:
+            if response is None:
+                wire = None
+            else:
+                checked = check_response(response, self.name)
+                wire = self._response_wire(checked, requested)
+            self.ch.send(M.stream(tag, index, wire, flags))
+        if flags & FINAL and self.decoupled:
+            states = self.executions.get(tag)
+            if states is not None and all(s.closed for s in states):
+                self.executions.pop(tag, None)
 
     # --- the pb_utils host: BLS, logs, metrics, model control -----------------------------------------------
 
