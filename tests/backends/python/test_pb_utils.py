@@ -107,3 +107,11 @@ def test_bf16_through_torch() -> None:
         out = pb_utils.Tensor.from_dlpack("Y", source)
         assert out.triton_dtype() == 14
         assert out._array.astype(np.float32).tolist() == [1.0, -6.0, 192.0]
+
+
+def test_a_response_keeps_output_tensors_given_as_a_generator() -> None:
+    # (the check of each tensor once consumed a generator and left the response empty)
+    arrays = {"A": np.arange(3, dtype=np.float32), "B": np.ones(2, dtype=np.int64)}
+    response = pb_utils.InferenceResponse(output_tensors=(pb_utils.Tensor(n, a) for n, a in arrays.items()))
+    assert [t.name() for t in response.output_tensors()] == ["A", "B"]
+    np.testing.assert_array_equal(pb_utils.get_output_tensor_by_name(response, "A").as_numpy(), arrays["A"])
