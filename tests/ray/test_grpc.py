@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import queue
+import time
 from collections import defaultdict
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -24,6 +25,7 @@ from tritonclient.utils import InferenceServerException
 
 from naiad.ray.application import INGRESS, build
 from naiad.ray.options import RayServeOptions
+from naiad.ray.statistics import PUSH_INTERVAL_S
 from tests.models import write_model
 from tests.ray.conftest import APP, Cluster, wait_for
 from tests.ray.test_routing import copies
@@ -220,7 +222,14 @@ def test_statistics_and_model_control(ray_grpc: str) -> None:
                 return 0  # no replica has pushed figures for it yet
             return int(row["inference_stats"]["success"].get("count", 0))
 
-        wait_for(lambda: count("m1") == count("m1"), 5, "steady statistics")  # settled: pushes every second
+        def settled() -> bool:
+            # Earlier tests' requests reach the board with the replicas' next push: equal over more than a push
+            # interval, nothing is still on its way.
+            first = {name: count(name) for name in MODELS}
+            time.sleep(PUSH_INTERVAL_S * 1.5)
+            return first == {name: count(name) for name in MODELS}
+
+        wait_for(settled, 20, "steady statistics")
         before = {name: count(name) for name in MODELS}
         for name, times in zip(MODELS, (3, 2)):
             for _ in range(times):
