@@ -13,6 +13,7 @@ from typing import Any
 from naiad import __version__
 from naiad.core import trace_config
 from naiad.core.errors import InferError
+from naiad.core.flags import add_flag, parse_bool
 from naiad.core.settings import FORMATS, LogSettings
 from naiad.frontends.grpc import options as grpc_options
 from naiad.frontends.http import options as http_options
@@ -20,26 +21,11 @@ from naiad.frontends.metrics import options as metrics_options
 from naiad.sagemaker import options as sagemaker_options
 
 
-def _bool(value: str | bool) -> bool:
-    if isinstance(value, bool):
-        return value
-    lowered = value.strip().lower()
-    if lowered in ("1", "true", "yes", "on"):
-        return True
-    if lowered in ("0", "false", "no", "off"):
-        return False
-    raise argparse.ArgumentTypeError(f"expected true or false, got '{value}'")
-
-
-def _flag(parser: argparse._ActionsContainer, name: str, default: bool, help: str) -> None:
-    parser.add_argument(name, type=_bool, nargs="?", const=True, default=default, metavar="BOOL", help=help)
-
-
 def _verbosity(value: str) -> int:
     """``--log-verbose``: a level, or true / false as Triton's SageMaker serve script passes it."""
     if value.strip().lstrip("-").isdigit():
         return int(value)
-    return int(_bool(value))
+    return int(parse_bool(value))
 
 
 def _repository(spec: str, limits: tuple[int, int]) -> Path:
@@ -97,7 +83,7 @@ def build_parser() -> argparse.ArgumentParser:
     serve.add_argument("--model-config-name", default="", help="use configs/<name>.pbtxt where a model has one")
     serve.add_argument("--disable-auto-complete-config", action="store_true",
                        help="never fill a config from the model itself")
-    serve.add_argument("--strict-model-config", type=_bool, nargs="?", const=True, default=None, metavar="BOOL",
+    serve.add_argument("--strict-model-config", type=parse_bool, nargs="?", const=True, default=None, metavar="BOOL",
                        help="deprecated Triton spelling: true is --disable-auto-complete-config")
     serve.add_argument("--model-load-thread-count", type=int, default=4, metavar="N",
                        help="models loaded side by side, at start-up and on request (the load pool's threads)")
@@ -117,22 +103,22 @@ def build_parser() -> argparse.ArgumentParser:
                        help="explicit mode: a model to load at start-up (repeatable; '*' loads all)")
     serve.add_argument("--repository-poll-secs", type=float, default=15.0,
                        help="poll mode: seconds between two scans of the model repositories")
-    _flag(serve, "--allow-model-code-upload", False,
+    add_flag(serve, "--allow-model-code-upload", False,
           "naiad only: let any client's load request carry code (file: model files, a config override setting "
           "default_model_filename or EXECUTION_ENV_PATH), which runs as this server's user; without it only front ends "
           "whose restricted API covers model-repository accept such loads")
-    _flag(serve, "--strict-readiness", True, "ready only when every model is ready")
-    _flag(serve, "--exit-on-error", True, "exit (code 1) when a model fails to load or a repository is missing; "
+    add_flag(serve, "--strict-readiness", True, "ready only when every model is ready")
+    add_flag(serve, "--exit-on-error", True, "exit (code 1) when a model fails to load or a repository is missing; "
                                           "false: serve the models that loaded")
     serve.add_argument("--exit-timeout-secs", type=float, default=30.0,
                        help="how long shutdown waits for in-flight requests")
-    _flag(serve, "--allow-http", True, "serve KServe v2 over HTTP")
+    add_flag(serve, "--allow-http", True, "serve KServe v2 over HTTP")
     serve.add_argument("--http-port", type=int, default=8000, help="KServe v2 HTTP port")
     serve.add_argument("--http-address", default="0.0.0.0", help="address the HTTP server binds")
     serve.add_argument("--http-max-input-size", type=int, default=64 * 1024 * 1024,
                        help="largest request body accepted, in bytes, and the most a compressed body may expand "
                             "to; a larger Content-Length is answered 413 before the body is read")
-    _flag(serve, "--reuse-http-port", False, "let several servers listen on the HTTP port (SO_REUSEPORT)")
+    add_flag(serve, "--reuse-http-port", False, "let several servers listen on the HTTP port (SO_REUSEPORT)")
     serve.add_argument("--frontend-processes", default="1", metavar="N|auto",
                        help="processes that serve the HTTP, gRPC and SageMaker ports, each calling this one (the model "
                             "host) through shared memory; 1: one process does everything. auto: 1 on hosts with 2 "
@@ -144,10 +130,10 @@ def build_parser() -> argparse.ArgumentParser:
                             "never")
     serve.add_argument("--shared-memory-max-regions", type=int, default=1024, metavar="N",
                        help="most system shared memory regions registered at once (each keeps a descriptor open)")
-    http_options.add_arguments(serve, _flag)
-    grpc_options.add_arguments(serve, _flag)
-    metrics_options.add_arguments(serve, _flag)
-    sagemaker_options.add_arguments(serve, _flag)
+    http_options.add_arguments(serve, add_flag)
+    grpc_options.add_arguments(serve, add_flag)
+    metrics_options.add_arguments(serve, add_flag)
+    sagemaker_options.add_arguments(serve, add_flag)
     serve.add_argument("--backend-config", action="append", default=[], metavar="BACKEND,KEY=VALUE",
                        help="a backend setting, e.g. python,shm-default-byte-size=1048576 (repeatable)")
     serve.add_argument("--backend-directory", default="/opt/tritonserver/backends", metavar="DIR",
@@ -163,9 +149,9 @@ def build_parser() -> argparse.ArgumentParser:
                        help="resources available to the rate limiter (none given: the most any instance asks for)")
     serve.add_argument("--log-verbose", type=_verbosity, default=0, metavar="LEVEL",
                        help="1 and up: debug lines, including a traceback for each failed model execution")
-    _flag(serve, "--log-info", True, "log informational messages")
-    _flag(serve, "--log-warning", True, "log warnings")
-    _flag(serve, "--log-error", True, "log errors")
+    add_flag(serve, "--log-info", True, "log informational messages")
+    add_flag(serve, "--log-warning", True, "log warnings")
+    add_flag(serve, "--log-error", True, "log errors")
     serve.add_argument("--log-format", choices=FORMATS, default="default",
                        help="default: Triton's 'IMMDD hh:mm:ss.sss'; ISO8601: 'YYYY-MM-DDThh:mm:ss.sssZ I'")
     serve.add_argument("--log-file", default="", metavar="PATH", help="write the log here instead of stderr")
@@ -206,8 +192,8 @@ def _compatibility_flags(serve: argparse.ArgumentParser) -> None:
         ("--host-policy", "<name>,<setting>=<value>", "no NUMA or core pinning"),
     ):
         group.add_argument(name, action="append", default=[], metavar=example, help=f"{why} (repeatable)")
-    _flag(group, "--enable-peer-access", True, "no GPUs are used")
-    _flag(group, "--model-namespacing", False, "one model per name across repositories")
+    add_flag(group, "--enable-peer-access", True, "no GPUs are used")
+    add_flag(group, "--model-namespacing", False, "one model per name across repositories")
 
 
 _LIBRARY_LOGGERS = ("hpack", "h2", "grpc", "asyncio", "botocore", "boto3", "s3transfer", "urllib3", "filelock",

@@ -10,6 +10,8 @@ import os
 from dataclasses import asdict, dataclass, field, fields
 from typing import Any, Mapping
 
+from naiad.core.flags import add_flag
+
 
 @dataclass
 class RayServeOptions:
@@ -126,15 +128,6 @@ class RayServeOptions:
             raise ValueError("expected 0 <= --min-replicas <= --max-replicas and --max-replicas >= 1")
 
 
-def _flag(value: str) -> bool:
-    lowered = value.strip().lower()
-    if lowered in ("1", "true", "yes", "on"):
-        return True
-    if lowered in ("0", "false", "no", "off"):
-        return False
-    raise argparse.ArgumentTypeError(f"expected true or false, got '{value}'")
-
-
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     d = RayServeOptions()
     parser.add_argument("--model-repository", "--model-store", action="append", required=True,
@@ -182,18 +175,15 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                              "from --http-port (and from --grpc-port) on one machine")
     tuning = parser.add_argument_group("Ray Serve's per-request cost (naiad.ray.tuning; README, 'Scale out on Ray "
                                        "Serve')")
-    tuning.add_argument("--throughput-optimized", type=_flag, nargs="?", const=True, default=d.throughput_optimized,
-                        metavar="BOOL",
-                        help="run naiad's replicas with Ray Serve's throughput settings (router and handler on the "
-                             "replica's own event loop, gRPC between replicas, buffered request logs, GC frozen at "
-                             "start): the model replica's CPU per request cut by more than half, the ingress's by a third or "
-                             "more")
-    tuning.add_argument("--direct-ingress", type=_flag, nargs="?", const=True, default=d.direct_ingress,
-                        metavar="BOOL",
-                        help="for the Ray this command starts (not with --address): the ingress serves clients on "
-                             "--http-port and --grpc-port itself, Ray's proxy out of the path (with the setting above, "
-                             "2.0-2.5 ms of CPU per request in all instead of 10-14); Ray's proxy still runs, on free "
-                             "ports of its own. false: clients reach the ingress through Ray's proxy")
+    add_flag(tuning, "--throughput-optimized", d.throughput_optimized,
+             "run naiad's replicas with Ray Serve's throughput settings (router and handler on the replica's own event "
+             "loop, gRPC between replicas, buffered request logs, GC frozen at start): the model replica's CPU per "
+             "request cut by more than half, the ingress's by a third or more")
+    add_flag(tuning, "--direct-ingress", d.direct_ingress,
+             "for the Ray this command starts (not with --address): the ingress serves clients on --http-port and "
+             "--grpc-port itself, Ray's proxy out of the path (with the setting above, 2.0-2.5 ms of CPU per request "
+             "in all instead of 10-14); Ray's proxy still runs, on free ports of its own. false: clients reach the "
+             "ingress through Ray's proxy")
     parser.add_argument("--default-model", default=os.environ.get("SAGEMAKER_TRITON_DEFAULT_MODEL_NAME", ""),
                         help="the model SageMaker's /invocations (and boto3 without TargetModel) serves "
                              "(default: $SAGEMAKER_TRITON_DEFAULT_MODEL_NAME)")
