@@ -9,24 +9,12 @@ import struct
 from hpack import Encoder
 
 from naiad.bench.h2client import H2GrpcConnection
+from tests.http2_frames import frame, frames_of
 
 DATA, HEADERS, RST_STREAM, SETTINGS, WINDOW_UPDATE = 0, 1, 3, 4, 8
 END_STREAM = ACK = 0x1
 END_HEADERS = 0x4
 PREFACE = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n"
-
-
-def frame(kind: int, flags: int, stream: int, payload: bytes = b"") -> bytes:
-    return struct.pack(">I", len(payload))[1:] + bytes((kind, flags)) + struct.pack(">I", stream) + payload
-
-
-def frames_of(data: bytes) -> list[tuple[int, int, int, bytes]]:
-    out = []
-    while data:
-        length = int.from_bytes(data[:3], "big")
-        out.append((data[3], data[4], int.from_bytes(data[5:9], "big"), data[9:9 + length]))
-        data = data[9 + length:]
-    return out
 
 
 class Wire:

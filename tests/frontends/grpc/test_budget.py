@@ -3,7 +3,6 @@ connection has room for, and only once room comes back; messages that can never 
 
 from __future__ import annotations
 
-import struct
 from collections import deque
 
 from hpack import Encoder
@@ -12,16 +11,13 @@ from naiad.frontends.grpc.budget import Budget, stream_window
 from naiad.frontends.http2.connection import H2Connection
 from naiad.frontends.http2.events import DataReceived
 from naiad.frontends.http2.limits import Limits
+from tests.http2_frames import frame
 
 PREFACE = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n"
 DATA, HEADERS, SETTINGS, WINDOW_UPDATE = 0, 1, 4, 8
 END_STREAM, ACK, END_HEADERS = 0x1, 0x1, 0x4
 WINDOW = 64 * 1024
 LIMIT = 1 << 20
-
-
-def frame(kind: int, flags: int, stream: int, payload: bytes = b"") -> bytes:
-    return struct.pack(">I", len(payload))[1:] + bytes((kind, flags)) + struct.pack(">I", stream) + payload
 
 
 def window_updates(data: bytes) -> dict[int, int]:

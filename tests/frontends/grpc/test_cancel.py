@@ -20,14 +20,11 @@ import tritonclient.grpc as grpcclient
 from hpack import Encoder
 from tritonclient.grpc import service_pb2 as pb
 
+from tests.http2_frames import frame
 from tests.models import write_model
 from tests.server import RunningServer
 
 PREFACE = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n"
-
-
-def frame(kind: int, flags: int, stream: int, payload: bytes) -> bytes:
-    return struct.pack(">I", len(payload))[1:] + bytes((kind, flags)) + struct.pack(">I", stream) + payload
 
 
 @pytest.fixture(scope="module", params=[("grpcio", 1), ("lean", 1), ("grpcio", None), ("lean", None)],

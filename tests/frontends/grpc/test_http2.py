@@ -9,15 +9,12 @@ import struct
 import pytest
 from hpack import Decoder, Encoder
 
+from tests.http2_frames import frame
 from tests.server import EXAMPLES, RunningServer
 
 PREFACE = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n"
 DATA, HEADERS, RST_STREAM, SETTINGS, PING, GOAWAY, CONTINUATION = 0, 1, 3, 4, 6, 7, 9
 END_STREAM, END_HEADERS, PADDED = 0x1, 0x4, 0x8
-
-
-def frame(kind: int, flags: int, stream: int, payload: bytes) -> bytes:
-    return struct.pack(">I", len(payload))[1:] + bytes((kind, flags)) + struct.pack(">I", stream) + payload
 
 
 class RawClient:

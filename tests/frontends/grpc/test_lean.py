@@ -14,13 +14,10 @@ from tritonclient.grpc import service_pb2 as pb
 from naiad.frontends.grpc.lean import Connection, LeanServer, limits_for
 from naiad.frontends.grpc.options import GrpcOptions
 from naiad.frontends.http2.frames import literal
+from tests.http2_frames import frame
 
 PREFACE = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n"
 PATH = "/inference.GRPCInferenceService/ModelInfer"
-
-
-def frame(kind: int, flags: int, stream: int, payload: bytes) -> bytes:
-    return struct.pack(">I", len(payload))[1:] + bytes((kind, flags)) + struct.pack(">I", stream) + payload
 
 
 class Transport:

@@ -21,6 +21,7 @@ from naiad.frontends.http2.events import (
     TrailersReceived,
 )
 from naiad.frontends.http2.limits import Limits
+from tests.http2_frames import frame, frames_of
 
 PREFACE = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n"
 DATA, HEADERS, PRIORITY, RST_STREAM, SETTINGS, PUSH_PROMISE, PING, GOAWAY, WINDOW_UPDATE, CONTINUATION = range(10)
@@ -33,21 +34,8 @@ REQUEST = [(":method", "POST"), (":scheme", "http"), (":path", "/pkg.Service/Met
            ("content-type", "application/grpc"), ("te", "trailers")]
 
 
-def frame(kind: int, flags: int, stream: int, payload: bytes = b"") -> bytes:
-    return struct.pack(">I", len(payload))[1:] + bytes((kind, flags)) + struct.pack(">I", stream) + payload
-
-
 def settings(*pairs: tuple[int, int]) -> bytes:
     return frame(SETTINGS, 0, 0, b"".join(struct.pack(">HI", k, v) for k, v in pairs))
-
-
-def frames_of(data: bytes) -> list[tuple[int, int, int, bytes]]:
-    out = []
-    while data:
-        length = int.from_bytes(data[:3], "big")
-        out.append((data[3], data[4], int.from_bytes(data[5:9], "big"), data[9:9 + length]))
-        data = data[9 + length:]
-    return out
 
 
 class Clock:
