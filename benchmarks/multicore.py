@@ -15,7 +15,7 @@ could do.
 
     python benchmarks/multicore.py [--seconds 5] [--concurrency 16] [--models add_sub,identity]
                                    [--protocols http,grpc] [--processes 1,2] [--root TREE ...] [--rounds 1]
-                                   [--pin-host [--warm-host]]
+                                   [--pin-host [--warm-host]] [--capacity]
 
 With several ``--root`` trees (naiad checkouts; default: this one), each round measures every tree in turn, so an
 A/B comparison alternates on the same noisy box. ``--pin-host`` gives the host (N > 1) a core of its own, as it
@@ -23,6 +23,9 @@ has on a many-core machine; on a shared core its figure also carries the cost of
 ``--warm-host`` also runs a spinner at the idle priority (SCHED_IDLE) on the host's core: it never delays the
 host, but keeps the core from halting between the host's wakes. On this VM (no guest halt-polling) a wake from a
 halted core costs the host several µs per request that a saturated host, which never halts, does not pay.
+``--capacity`` also measures each model's host at saturation (``host_capacity.py``: driver processes keep its
+channels full) and prints a second prediction with that figure as the serial part: what the host costs when it is
+the bottleneck, which is when it matters.
 """
 
 from __future__ import annotations
@@ -148,9 +151,12 @@ def measure(tree: Path, repo: Path, model: str, protocol: str, processes: int, s
             server.kill()
 
 
-def predict(row: dict[str, float], cores: int) -> float:
-    total = row["host_us"] + row["front_us"] + row["worker_us"]
-    return min(cores * 1e6 / total, 1e6 / row["host_us"], 1e6 / max(row["worker_us"], 1e-9))
+def predict(row: dict[str, float], cores: int, serial_us: float | None = None) -> float:
+    """Amdahl: the whole request's CPU spread over ``cores``, capped by the host's serial part (``serial_us``:
+    the host's figure at saturation, where measured; else this row's) and by one worker instance."""
+    host = row["host_us"] if serial_us is None else serial_us
+    total = host + row["front_us"] + row["worker_us"]
+    return min(cores * 1e6 / total, 1e6 / host, 1e6 / max(row["worker_us"], 1e-9))
 
 
 def main() -> int:
@@ -168,15 +174,27 @@ def main() -> int:
     parser.add_argument("--warm-host", action="store_true",
                         help="with --pin-host: keep the host's core from halting between its wakes (an idle-priority "
                              "spinner there), as a saturated host's core never halts")
+    parser.add_argument("--capacity", action="store_true",
+                        help="also measure each model's host at saturation (host_capacity.py) and predict with it")
     args = parser.parse_args()
     trees = [t.resolve() for t in args.root] if args.root else [ROOT]
     label = len(trees) > 1
     print(f"{'tree ' * label}{'model':9} {'protocol':8} {'N':>2} {'req/s':>8} {'host µs':>8} {'front µs':>9} "
-          f"{'worker µs':>9}   predicted req/s at 4 / 8 / 16 cores", flush=True)
+          f"{'worker µs':>9}   predicted req/s at 4 / 8 / 16 cores"
+          + ("   (with the saturated host's µs)" if args.capacity else ""), flush=True)
     with tempfile.TemporaryDirectory(prefix="naiad-multicore-") as tmp:
         repo = repository(Path(tmp))
         for _ in range(args.rounds):
             for model in args.models.split(","):
+                saturated: dict[int, dict[str, float]] = {}
+                if args.capacity:
+                    from host_capacity import measure as capacity
+
+                    for index, tree in enumerate(trees):
+                        saturated[index] = row = capacity(tree, model, 2, 64, args.seconds, repo)
+                        print(f"{'AB'[index] if index < 2 else index:4} " * label
+                              + f"{model:9} saturated host: {row['rps']:,.0f} req/s, busy {row['busy']:.2f}, "
+                              f"{row['host_us']:.1f} µs per request", flush=True)
                 for protocol in args.protocols.split(","):
                     for processes in map(int, args.processes.split(",")):
                         for index, tree in enumerate(trees):
@@ -185,6 +203,10 @@ def main() -> int:
                             # From one process's figures the host's share can't be told from the front end's.
                             prediction = (" / ".join(f"{predict(row, c):,.0f}" for c in (4, 8, 16))
                                           if processes > 1 else "-")
+                            if index in saturated and processes > 1:
+                                serial = saturated[index]["host_us"]
+                                prediction += "   (" + " / ".join(f"{predict(row, c, serial):,.0f}"
+                                                                  for c in (4, 8, 16)) + ")"
                             print(f"{'AB'[index] if index < 2 else index:4} " * label
                                   + f"{model:9} {protocol:8} {processes:>2} {row['rps']:>8,.0f} "
                                   f"{row['host_us']:>8.1f} {row['front_us']:>9.1f} {row['worker_us']:>9.1f}   "
