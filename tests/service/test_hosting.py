@@ -39,7 +39,7 @@ SLOW_PY = """
 
 def _infer(front: Channel, id_: int, seconds: float, name: str = "INPUT0") -> None:
     record = front.pack(name, np.array([seconds, 1.0], np.float32))
-    front.send((wire.INFER, id_, "slow", "", f"r{id_}", [record], None, {}, 0, 0, 0, 0, None))
+    front.send((wire.INFER, id_, "slow", "", f"r{id_}", [record], None, {}, 0, 0, 0, 0, None, 0, 0))
 
 
 async def _results(front: Channel, count: int, within: float = 10.0) -> dict[int, tuple]:
