@@ -4,8 +4,10 @@ host over one channel (``wire.py``). Front ends can't tell it from the in-proces
 Inference is asynchronous: a request goes out as one datagram (tensors in shared memory when large) and its
 future is resolved when the host's RESULT comes; a client that goes away cancels it there. At most
 ``MAX_IN_FLIGHT`` requests are at the host at once; more wait here, each in its client's connection, so a slow
-host slows clients down instead of growing memory. Other calls are rare (health, metadata, control): a
-synchronous one waits for its REPLY on the channel, handling whatever else arrives meanwhile.
+host slows clients down instead of growing memory. A request is checked here against its model version's
+signature before it goes (``precheck.py``, built from what came with the view), so the host need not. Other calls
+are rare (health, metadata, control): a synchronous one waits for its REPLY on the channel, handling whatever else
+arrives meanwhile.
 """
 
 from __future__ import annotations
