@@ -6,7 +6,10 @@ front end's side (packing, sending, reading the answers) runs in this thread too
 apart and taken out, so the figure is what the host spends: decoding, ``Service.infer``, scheduling, the model's
 run, statistics, answering.
 
-    python benchmarks/core_path.py [--requests 20000] [--rounds 5] [--profile out.prof]
+    python benchmarks/core_path.py [--requests 20000] [--rounds 5] [--profile out.prof] [--prechecked]
+
+``--prechecked``: requests come checked against the model's signature, as front-end processes send them (the
+host skips its own check).
 
 Use it to compare one tree against another (run it in each); ``multicore.py`` measures the same thing with real
 front-end processes and clients.
@@ -43,7 +46,7 @@ from multicore import IDENTITY_CONFIG as CONFIG  # noqa: E402 - a sibling script
 PER_DATAGRAM = 8
 
 
-async def measure(service: object, count: int, profile: cProfile.Profile | None) -> float:
+async def measure(service: object, count: int, profile: cProfile.Profile | None, prechecked: bool = False) -> float:
     """Host CPU µs per request over ``count`` requests."""
     host_end, front_end = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
     link = Link(service, host_end, lambda _: None, lambda: None, lambda _: None, lambda: [link])  # type: ignore[arg-type]
@@ -53,6 +56,14 @@ async def measure(service: object, count: int, profile: cProfile.Profile | None)
     readable = asyncio.Event()
     loop.add_reader(front_end.fileno(), readable.set)
     record = front.pack("INPUT0", np.arange(16, dtype=np.float32).reshape(1, 16))
+    checked = batch_size = 0
+    if prechecked:  # the number the host gives the version with its view, as a front end asks for it
+        front.send((wire.CALL, 1, "model", ("identity", "")))
+        while not checked:
+            await readable.wait()
+            readable.clear()
+            checked = next((m[3][1] for m in front.receive() if m[0] == wire.REPLY), 0)
+        batch_size = 1
     front_ns = 0
     answered = 0
     next_id = 0
@@ -64,7 +75,8 @@ async def measure(service: object, count: int, profile: cProfile.Profile | None)
         batch = []
         for _ in range(PER_DATAGRAM):
             next_id += 1
-            batch.append((wire.INFER, next_id, "identity", "", "", [record], None, {}, 0, 0, 0, 0, None))
+            batch.append((wire.INFER, next_id, "identity", "", "", [record], None, {}, 0, 0, 0, 0, None,
+                          checked, batch_size))
         front.send_many(batch)
         front_ns += time.thread_time_ns() - t0
         got = 0
@@ -100,15 +112,15 @@ async def main_async(args: argparse.Namespace) -> None:
         service = server.service
         service.live = service.accepting = True
         try:
-            await measure(service, 2000, None)  # warm-up: the instance goes inline
+            await measure(service, 2000, None, args.prechecked)  # warm-up: the instance goes inline
             results = []
             for _ in range(args.rounds):
-                results.append(await measure(service, args.requests, None))
+                results.append(await measure(service, args.requests, None, args.prechecked))
             print("host CPU µs per request: " + " ".join(f"{r:.2f}" for r in results)
                   + f"  median {statistics.median(results):.2f}")
             if args.profile:
                 profile = cProfile.Profile()
-                await measure(service, args.requests, profile)
+                await measure(service, args.requests, profile, args.prechecked)
                 profile.dump_stats(args.profile)
                 # Deterministic where the µs are noisy: Python calls per request (this file's own included).
                 print(f"Python calls per request: {pstats.Stats(profile).total_calls / args.requests:.1f}")
@@ -121,6 +133,7 @@ def main() -> int:
     parser.add_argument("--requests", type=int, default=20000)
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--profile", help="write a cProfile of one more round here")
+    parser.add_argument("--prechecked", action="store_true", help="requests checked by their front end")
     args = parser.parse_args()
     import uvloop
 

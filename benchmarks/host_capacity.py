@@ -8,6 +8,8 @@ measures that host: the real model host (``Service`` behind ``hosting.Link``, on
 own core, fed over its real channels by driver processes on the other cores. A driver is the cheapest possible
 front end: it keeps ``--window`` requests in flight, pre-packed (one item per request), and sends one for each
 answer. The host then reads whatever waits on its channels each turn, as it would behind many busy front ends.
+Where the tree's front ends check requests against the model's signature (``service/precheck.py``), the driver's
+requests come checked too, as theirs do.
 
 It prints requests/s, how busy the host was (its CPU seconds per second: near 1.0 means saturated, so req/s is
 its capacity) and the host's CPU µs per request (all its threads, user and system; the Python backend's worker
@@ -49,9 +51,22 @@ def drive(fd: int, model: str, window: int) -> None:
     from naiad.service import wire
 
     channel = Channel(socket.socket(fileno=fd), Arena(), blocking=True)
-    records = [channel.pack(name, np.arange(np.prod(shape), dtype=np.float32).reshape(shape))
-               for name, shape in INPUTS[model]]
+    arrays = {name: np.arange(np.prod(shape), dtype=np.float32).reshape(shape) for name, shape in INPUTS[model]}
+    records = [channel.pack(name, array) for name, array in arrays.items()]
     next_id = 0
+    checked: dict[str, int] = {}
+    if "checked" in wire.Request._fields:  # this tree's front ends check requests: as they do, against the view
+        from naiad.core.request import InferRequest
+        from naiad.service.precheck import Precheck
+
+        channel.send((wire.CALL, 0, "model", (model, "")))
+        reply = None
+        while reply is None:
+            reply = next((m for m in channel.receive(wait=True) if m[0] == wire.REPLY), None)
+        _, number, config = reply[3]
+        request = InferRequest(model, "", "", dict(arrays))
+        checked = {"checked": Precheck(number, config).run(request), "batch_size": request.batch_size}
+        assert checked["checked"], "the driver's requests fail the model's signature"
 
     def requests(count: int) -> list[tuple]:
         nonlocal next_id
@@ -60,7 +75,8 @@ def drive(fd: int, model: str, window: int) -> None:
             next_id += 1
             out.append(tuple(wire.Request(kind=wire.INFER, id=next_id, model_name=model, model_version="",
                                           request_id="", inputs=records, requested_outputs=None, parameters={},
-                                          correlation_id=0, flags=0, priority=0, timeout_us=0, raw_input=None)))
+                                          correlation_id=0, flags=0, priority=0, timeout_us=0, raw_input=None,
+                                          **checked)))
         return out
 
     try:

@@ -115,7 +115,7 @@ class Host(Server):
     def _changed(self) -> None:
         for link in self.links:
             if link is not None:
-                link.send((wire.INVALIDATE,))
+                link.invalidate()
 
     def _live_links(self) -> list[Link]:
         return [link for link in self.links if link is not None and not link.closed]

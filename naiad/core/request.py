@@ -36,6 +36,7 @@ class InferRequest:
         "cache_ns",
         "trace",
         "cancelled",
+        "checked",
     )
 
     def __init__(
@@ -72,6 +73,9 @@ class InferRequest:
         self.trace: Trace | None = None  # set when the request is sampled for tracing (naiad.core.tracing)
         # The client went away (its front end cancelled the request's future): a scheduler drops it unrun.
         self.cancelled = False
+        # The loaded version whose signature already checked this request (a front-end process did, as the host
+        # would: reshapes applied, batch_size set); that version's ``submit`` skips the check, any other checks.
+        self.checked: object = None
 
 
 def log_prefix(request: InferRequest) -> str:

@@ -112,7 +112,8 @@ class ModelVersion:
         one that answers synchronously); by default a new one on the running loop."""
         request.arrival_ns = time.perf_counter_ns()
         try:
-            self.signature.check(request)
+            if request.checked is not self:  # (checked already by a front-end process against this version)
+                self.signature.check(request)
         except InferError as exc:
             # Never reached the model, but a client's request failed: counted (reason OTHER, as Triton's core
             # counts its own refusals), so the statistics, the metrics and the dashboard show it. Triton 2.51 leaves

@@ -70,6 +70,10 @@ class Link(ChannelEnd):
         self.on_ready: Callable[[], None] | None = None
         # Unary answers and stream / call tasks, by the front end's id.
         self.requests: dict[int, Pending | asyncio.Future] = {}
+        # The versions whose views the front end holds, by the number each view came with: a request checked
+        # against one names it (``wire.Request.checked``). Until the next INVALIDATE, when its views go.
+        self.versions: dict[int, Any] = {}
+        self._next_version = 0
 
     def _channel_lost(self) -> None:
         self.lost()
@@ -144,7 +148,7 @@ class Link(ChannelEnd):
 
     def _decode(self, message: tuple) -> InferRequest:
         (_, _, name, version, request_id, inputs, requested, parameters, correlation_id, flags, priority,
-         timeout_us, raw_input) = message
+         timeout_us, raw_input, checked, batch_size) = message
         unpack = self.channel.unpack
         request = InferRequest(name, version, request_id, dict(unpack(False, *t) for t in inputs), requested,
                                parameters)
@@ -153,6 +157,9 @@ class Link(ChannelEnd):
         request.priority = priority
         request.timeout_us = timeout_us
         request.raw_input = raw_input
+        if checked:
+            request.checked = self.versions.get(checked)
+            request.batch_size = batch_size
         return request
 
     def _track(self, id_: int, future: asyncio.Future) -> None:
@@ -162,7 +169,7 @@ class Link(ChannelEnd):
     def _infer(self, message: tuple) -> None:
         # Decoded straight into the request (the hot path: no intermediate objects).
         (_, id_, name, version, request_id, inputs, requested, parameters, correlation_id, flags, priority,
-         timeout_us, raw_input) = message
+         timeout_us, raw_input, checked, batch_size) = message
         unpack = self.channel.unpack
         arrays = {}
         for record in inputs:
@@ -174,6 +181,11 @@ class Link(ChannelEnd):
         request.priority = priority
         request.timeout_us = timeout_us
         request.raw_input = raw_input
+        if checked:
+            # The version the front end checked it against: that version's submit skips the check; any other
+            # (the policy's choice moved on, or the number is from before an INVALIDATE: None) checks it.
+            request.checked = self.versions.get(checked)
+            request.batch_size = batch_size
         answer = Pending(self, id_)
         self.requests[id_] = answer
         try:
@@ -208,6 +220,9 @@ class Link(ChannelEnd):
             self.send((_REPLY, id_, False, ("InferError", "INTERNAL", f"no such call: {method}")))
             return
         try:
+            if method == "model":
+                self.send((_REPLY, id_, True, self._view(*args)))
+                return
             if method == "load_model" and args[3] is not None:
                 args = (*args[:3], CodeConsent(*args[3]))
             if method in ("shm_register", "shm_status", "shm_cuda_status", "shm_cuda_register"):
@@ -232,6 +247,20 @@ class Link(ChannelEnd):
             for link in self._peers():
                 link.send((wire.LOGS, args[0]))  # each front end logs as the host does
         self.send((_REPLY, id_, True, plain(method, value)))
+
+    def _view(self, name: str, version: str = "") -> tuple:
+        """A "model" call's answer (``wire.View``): the view, and what the front end checks its requests with."""
+        view = self.service.model(name, version)
+        config = self.service.model_config_message(name, version).SerializeToString()
+        self._next_version += 1
+        self.versions[self._next_version] = view.handle
+        return tuple(view)[:-1], self._next_version, config
+
+    def invalidate(self) -> None:
+        """The repository changed: the front end forgets its views, and the numbers they came with stand for
+        nothing here any more (a request checked against one is checked again)."""
+        self.versions.clear()
+        self.send((wire.INVALIDATE,))
 
     def uses(self, names: list[str] | None) -> "asyncio.Future[list[str]]":
         """Ask the front end which of ``names`` (None: all) a request there holds."""
@@ -282,8 +311,6 @@ class Link(ChannelEnd):
 
 def plain(method: str, value: Any) -> Any:
     """A call's result as marshal carries it."""
-    if method == "model":
-        return tuple(value)[:-1]  # the view without the host's own handle
     if method == "model_config_message":
         return value.SerializeToString()
     if method == "sagemaker_models_root":

@@ -4,8 +4,10 @@ host over one channel (``wire.py``). Front ends can't tell it from the in-proces
 Inference is asynchronous: a request goes out as one datagram (tensors in shared memory when large) and its
 future is resolved when the host's RESULT comes; a client that goes away cancels it there. At most
 ``MAX_IN_FLIGHT`` requests are at the host at once; more wait here, each in its client's connection, so a slow
-host slows clients down instead of growing memory. Other calls are rare (health, metadata, control): a
-synchronous one waits for its REPLY on the channel, handling whatever else arrives meanwhile.
+host slows clients down instead of growing memory. A request is checked here against its model version's
+signature before it goes (``precheck.py``, built from what came with the view), so the host need not. Other calls
+are rare (health, metadata, control): a synchronous one waits for its REPLY on the channel, handling whatever else
+arrives meanwhile.
 """
 
 from __future__ import annotations
@@ -34,6 +36,7 @@ from naiad.sagemaker.counters import EndpointStats
 from naiad.service import wire
 from naiad.service.endpoint import ChannelEnd
 from naiad.service.face import Service
+from naiad.service.precheck import Precheck
 
 log = logging.getLogger("naiad")
 
@@ -264,12 +267,16 @@ class RemoteService(ChannelEnd, Service):
 
     # --- inference ----------------------------------------------------------------------------------------------
 
-    def _request(self, kind: int, id_: int, request: InferRequest) -> tuple:
+    def _request(self, kind: int, id_: int, request: InferRequest, view: ModelView | None) -> tuple:
+        """``request`` as a ``wire.Request``, checked here first when the view came from the host with its
+        signature (the host then skips its check)."""
+        check = None if view is None else view.handle
+        checked = 0 if check is None else check.run(request)
         pack = self.channel.pack
         return (kind, id_, request.model_name, request.model_version, request.id,
                 [pack(name, array) for name, array in request.inputs.items()], request.requested_outputs,
                 request.parameters, request.correlation_id, request.flags, request.priority, request.timeout_us,
-                request.raw_input)
+                request.raw_input, checked, request.batch_size)
 
     def _forward(self, id_: int, message: tuple) -> None:
         if self._active < MAX_IN_FLIGHT:
@@ -296,7 +303,7 @@ class RemoteService(ChannelEnd, Service):
         on_cancel = partial(self._cancelled, id_)
         self._unary[id_] = (future, on_cancel)
         future.add_done_callback(on_cancel)
-        self._forward(id_, self._request(wire.INFER, id_, request))
+        self._forward(id_, self._request(wire.INFER, id_, request, view))
         return future
 
     def _cancelled(self, id_: int, future: asyncio.Future) -> None:
@@ -313,7 +320,7 @@ class RemoteService(ChannelEnd, Service):
         id_ = self._id()
         queue: asyncio.Queue[InferResponse] = asyncio.Queue()
         self._queues[id_] = queue
-        self._forward(id_, self._request(wire.STREAM, id_, request))
+        self._forward(id_, self._request(wire.STREAM, id_, request, view))
         ended = False
         try:
             while True:
@@ -383,7 +390,8 @@ class RemoteService(ChannelEnd, Service):
     def model(self, name: str, version: str = "") -> ModelView:
         view = self._views.get((name, version))
         if view is None:
-            view = self._views[(name, version)] = ModelView(*self._call("model", name, version))
+            fields, number, config = self._call("model", name, version)  # (a wire.View)
+            view = self._views[(name, version)] = ModelView._make((*fields, Precheck(number, config)))
         return view
 
     @property  # type: ignore[override]

@@ -51,6 +51,11 @@ class Request(NamedTuple):
     priority: int
     timeout_us: int
     raw_input: bytes | None
+    # The host's number for the version whose signature the front end checked this request with (the number came
+    # with its "model" view); 0: unchecked (no view, or the check failed: the host checks it, and refuses it in its
+    # own words). The host skips its check only if that number still stands for the version that serves it.
+    checked: int = 0
+    batch_size: int = 0  # what that check set (0 when unchecked)
 
 
 class Result(NamedTuple):
@@ -82,6 +87,14 @@ class Reply(NamedTuple):
 class Cancel(NamedTuple):
     kind: int
     id: int
+
+
+class View(NamedTuple):
+    """The value of a "model" CALL: the view's fields but its handle (the host's own object), then what a front end
+    checks requests with."""
+    fields: tuple  # ModelView's, handle left out
+    number: int  # the host's number for this version, for its requests' ``checked``; valid until an INVALIDATE
+    config: bytes  # the version's ModelConfig, serialized: the front end builds its signature from it
 
 
 # Face methods the host answers by CALL (plain arguments and results). ``infer``, ``stream`` and ``model`` have

@@ -39,7 +39,7 @@ SLOW_PY = """
 
 def _infer(front: Channel, id_: int, seconds: float, name: str = "INPUT0") -> None:
     record = front.pack(name, np.array([seconds, 1.0], np.float32))
-    front.send((wire.INFER, id_, "slow", "", f"r{id_}", [record], None, {}, 0, 0, 0, 0, None))
+    front.send((wire.INFER, id_, "slow", "", f"r{id_}", [record], None, {}, 0, 0, 0, 0, None, 0, 0))
 
 
 async def _results(front: Channel, count: int, within: float = 10.0) -> dict[int, tuple]:
@@ -100,3 +100,103 @@ def test_answered_once_cancelled_never_refused_at_once_and_cut_at_shutdown(tmp_p
             server.repository.unload_all()
 
     asyncio.run(run())
+
+
+RESHAPED = """
+    name: "reshaped"
+    platform: "onnxruntime_onnx"
+    max_batch_size: 4
+    version_policy: { all {} }
+    input [{ name: "INPUT0", data_type: TYPE_FP32, dims: [ 4 ], reshape { shape: [ 2, 2 ] } }]
+    output [{ name: "OUTPUT0", data_type: TYPE_FP32, dims: [ 4 ], reshape { shape: [ 2, 2 ] } }]
+"""
+
+SHAPE_ERROR = ("[request id: r{}] unexpected shape for input 'INPUT0' for model 'reshaped'. Expected [-1,4], got "
+               "[3,2,2]. NOTE: Setting a non-zero max_batch_size")
+
+
+async def _reply(front: Channel, id_: int) -> tuple:
+    for _ in range(500):
+        for message in front.receive():
+            if message[0] == wire.REPLY and message[1] == id_:
+                return message
+        await asyncio.sleep(0.01)
+    raise AssertionError("no reply")
+
+
+def test_the_host_skips_its_check_only_for_the_version_the_front_end_checked_against(tmp_path: Path) -> None:
+    from tests import onnx_graphs
+
+    for version in (1, 2):
+        onnx_graphs.write(tmp_path, "reshaped", onnx_graphs.identity("TYPE_FP32", ["batch", 2, 2]), RESHAPED, version)
+
+    async def run() -> None:
+        server = Server(ServerOptions(model_repositories=[tmp_path]))
+        await server._load_models()
+        service = server.service
+        service.live = service.accepting = True
+        host_end, front_end = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+        link = Link(service, host_end, lambda _: None, lambda: None, lambda _: None, lambda: [link])
+        link.attach(asyncio.get_running_loop())
+        front = Channel(front_end, Arena())
+        # What a front end's check leaves: INPUT0 in its reshaped shape, the batch size set. The host's own check
+        # refuses that shape, so an answer shows it trusted the front end's check, a refusal that it checked.
+        record = front.pack("INPUT0", np.arange(12, dtype=np.float32).reshape(3, 2, 2))
+
+        def infer(id_: int, version: str, checked: int, kind: int = wire.INFER) -> None:
+            front.send(tuple(wire.Request(kind, id_, "reshaped", version, f"r{id_}", [record], None, {}, 0, 0, 0, 0,
+                                          None, checked, 3 if checked else 0)))
+        try:
+            views = {}
+            for id_, version in ((1, ""), (2, "1")):
+                front.send((wire.CALL, id_, "model", ("reshaped", version)))
+                _, _, ok, value = await _reply(front, id_)
+                assert ok
+                fields, number, config = wire.View(*value)
+                assert fields[1] == (version or "2") and b"reshaped" in config
+                views[version] = number
+            assert views[""] != views["1"]
+
+            infer(1, "", views[""])  # checked against version 2, which serves "": trusted
+            infer(2, "1", views["1"])  # checked against version 1, which serves "1": trusted
+            infer(3, "", views["1"])  # checked against 1, but "" is served by 2: checked again
+            infer(4, "2", 0)  # unchecked
+            infer(5, "2", 4242)  # a number the host never gave
+            infer(6, "1", views["1"], wire.STREAM)  # a stream, trusted as a unary request
+            got = await _results(front, 6)
+            for id_ in (1, 2, 6):
+                assert got[id_][7] is None, got[id_][7]
+                (output,) = got[id_][5]
+                assert front.unpack(False, *output)[1].shape == (3, 4)  # the output's reshape undone
+            for id_ in (3, 4, 5):
+                assert got[id_][7][1] == "INVALID_ARG" and got[id_][7][2].startswith(SHAPE_ERROR.format(id_))
+
+            # The repository changed: the numbers given before stand for nothing.
+            link.invalidate()
+            assert any(m[0] == wire.INVALIDATE for m in await _messages(front))
+            infer(7, "1", views["1"])
+            ((_, _, _, _, _, _, _, error, _),) = (await _results(front, 1)).values()
+            assert error[2].startswith(SHAPE_ERROR.format(7))
+
+            stats = {s["version"]: s for s in service.model_statistics("reshaped")["model_stats"]}
+            # Trusted requests count as any other, with the batch size the front end's check set; refusals as before.
+            assert stats["2"]["inference_stats"]["success"]["count"] == 1 and stats["2"]["inference_count"] == 3
+            assert stats["1"]["inference_stats"]["success"]["count"] == 2 and stats["1"]["inference_count"] == 6
+            assert stats["2"]["inference_stats"]["fail"]["count"] == 3
+            assert stats["1"]["inference_stats"]["fail"]["count"] == 1
+        finally:
+            link.close()
+            front.close()
+            server.repository.unload_all()
+
+    asyncio.run(run())
+
+
+async def _messages(front: Channel) -> list[tuple]:
+    got: list[tuple] = []
+    for _ in range(50):
+        got += front.receive()
+        if got:
+            return got
+        await asyncio.sleep(0.01)
+    return got

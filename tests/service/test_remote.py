@@ -6,15 +6,18 @@ from __future__ import annotations
 
 import asyncio
 import socket
+import threading
 
 import numpy as np
 import pytest
 
 from naiad.backends.python.shm import Arena
 from naiad.backends.python.transport import Channel
+from naiad.config.loader import parse_config_text
 from naiad.core.model_view import ModelView
 from naiad.core.request import InferRequest
 from naiad.service import remote, wire
+from naiad.service.precheck import Precheck
 
 VIEW = ModelView("m", "1", "python", False, False, {}, [], [], {})
 
@@ -52,5 +55,68 @@ def test_requests_over_the_bound_wait_and_a_withdrawn_one_never_goes(monkeypatch
         assert service.in_flight == 3  # 1, 3 at the host; 4 waiting
         service.close()
         host.close()
+
+    asyncio.run(run())
+
+
+CONFIG = """
+    name: "m"
+    max_batch_size: 4
+    input [{ name: "A", data_type: TYPE_FP32, dims: [ 4 ], reshape { shape: [ 2, 2 ] } },
+           { name: "B", data_type: TYPE_INT32, dims: [ 2 ] }]
+    output [{ name: "OUT", data_type: TYPE_FP32, dims: [ 4 ] }]
+"""
+
+
+def test_requests_are_checked_before_they_go_and_sent_as_they_came_when_they_fail() -> None:
+    async def run() -> None:
+        front, back = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+        service = remote.RemoteService(front, lambda: None)
+        service.attach(asyncio.get_running_loop())
+        host = Channel(back, Arena(), blocking=True)
+        back.settimeout(10)  # (a front end that asks nothing leaves the host's thread waiting no longer)
+        config = parse_config_text(CONFIG).SerializeToString()
+
+        def view(number: int) -> Precheck:
+            """The front end asks for the view (a synchronous call); the host answers it from another thread."""
+            def answer() -> None:
+                (call,) = host.receive(wait=True)
+                assert call[0] == wire.CALL and call[2:] == ("model", ("m", ""))
+                host.send((wire.REPLY, call[1], True, tuple(wire.View(tuple(VIEW)[:-1], number, config))))
+            thread = threading.Thread(target=answer)
+            thread.start()
+            got = service.model("m", "")
+            thread.join()
+            assert got[:-1] == VIEW[:-1] and isinstance(got.handle, Precheck)
+            return got.handle
+
+        try:
+            assert view(5).number == 5
+            assert service.model("m", "").handle.number == 5  # kept: no second call
+
+            a = np.arange(12, dtype=np.float32).reshape(3, 4)
+            service.infer(InferRequest("m", "", "ok", {"A": a, "B": np.zeros((3, 2), np.int32)}),
+                          service.model("m", ""))
+            # B's datatype is wrong; A, checked first, passed (and was reshaped in the check's own copy).
+            service.infer(InferRequest("m", "", "bad", {"B": np.zeros((1, 2), np.float32),
+                                                          "A": np.zeros((1, 4), np.float32)}),
+                          service.model("m", ""))
+            service.infer(InferRequest("m", "", "no view", {"A": a}), VIEW)  # a view without a signature
+            await asyncio.sleep(0)
+            sent = {r.request_id: r for r in map(wire.Request._make, await asyncio.to_thread(host.receive, True))}
+            assert (sent["ok"].checked, sent["ok"].batch_size) == (5, 3)
+            assert dict(host.unpack(False, *t)[:2] for t in sent["ok"].inputs)["A"].shape == (3, 2, 2)
+            for unchecked in (sent["bad"], sent["no view"]):
+                assert (unchecked.checked, unchecked.batch_size) == (0, 0)
+            assert [(name, array.shape) for name, array in (host.unpack(False, *t) for t in sent["bad"].inputs)] \
+                == [("B", (1, 2)), ("A", (1, 4))]
+
+            # The repository changed: the view goes, and with it the number it came with.
+            host.send((wire.INVALIDATE,))
+            await asyncio.sleep(0.1)
+            assert view(6).number == 6
+        finally:
+            service.close()
+            host.close()
 
     asyncio.run(run())
