@@ -5,6 +5,7 @@ method is looked at, any case for the header's name, the exact value; SageMaker'
 from __future__ import annotations
 
 import json
+import time
 from collections.abc import Iterator
 
 import numpy as np
@@ -30,6 +31,10 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RunningServer]:
         "--http-restricted-api=inference,shared-memory,trace,logging:infer-key=let-me-in",
         "--http-header-forward-pattern", "^x-fw", "--allow-grpc=false", "--allow-sagemaker=true",
         env={"SAGEMAKER_TRITON_DEFAULT_MODEL_NAME": NAME}, wait_port=True)
+    # With front-end processes the port answers once the first listens, ready once they all do.
+    deadline = time.monotonic() + 60
+    while running.request("GET", "/v2/health/ready", headers=ADMIN)[0] != 200 and time.monotonic() < deadline:
+        time.sleep(0.05)
     yield running
     running.stop()
 
