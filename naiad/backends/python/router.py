@@ -17,12 +17,14 @@ import logging
 import time
 from typing import Any, Callable
 
+import numpy as np
+
 from naiad.backends.base import Core, Execution
 from naiad.backends.python import messages as M
 from naiad.backends.python import metrics
 from naiad.backends.python.messages import Kind, reads
 from naiad.backends.python.pb_utils import TRITONSERVER_RESPONSE_COMPLETE_FINAL as _FINAL
-from naiad.backends.python.transport import Channel
+from naiad.backends.python.transport import _DTYPES, INLINE_TENSOR, Channel
 from naiad.core.errors import Code, InferError, internal
 from naiad.core.request import InferRequest, InferResponse
 
@@ -31,7 +33,15 @@ EAGER_BACKOFF = 64  # sends (see Router._flush_turn)
 _LEVELS = {0: logging.INFO, 1: logging.WARNING, 2: logging.ERROR, 3: logging.DEBUG}
 
 Done = Callable[[Execution], None]
-_encode_request, _encode_execute = M.request, M.execute  # (hot path: no module lookup per call)
+_EXECUTE, _INLINE, _frombuffer = int(Kind.EXECUTE), INLINE_TENSOR, np.frombuffer
+# The execute path writes EXECUTE messages, their Request records and small Tensor records, and reads a DONE's
+# Response and small Tensor records, as bare tuples (no call per request or tensor): in this order.
+if (M.Execute._fields != ("kind", "tag", "requests")
+        or M.Request._fields != ("id", "correlation_id", "flags", "timeout", "parameters", "requested", "inputs")
+        or M.Tensor._fields != ("name", "dtype", "shape", "payload")
+        or M.Response._fields != ("error", "outputs", "parameters")):
+    raise ImportError("router.py's inline EXECUTE, Request, Response and Tensor records must follow messages.py's "
+                      "fields")
 
 
 class Pending:
@@ -147,18 +157,19 @@ class Router:
         if self.loop is None:
             self.attach(asyncio.get_running_loop())
         t0 = time.perf_counter_ns()
-        self._tag += 1
-        tag = self._tag
+        tag = self._tag = self._tag + 1
         try:
             with ch.lock:  # packing allocates in the arena
                 pack = ch.pack
-                wire = [_encode_request(r.id, r.correlation_id, r.flags, r.timeout_us, r.parameters,
-                                        r.requested_outputs, [pack(n, a) for n, a in r.inputs.items()])
+                # Request and small Tensor records built inline (the fields' order is checked at import, below).
+                wire = [(r.id, r.correlation_id, r.flags, r.timeout_us, r.parameters, r.requested_outputs,
+                         [(n, a.dtype.str, a.shape, a.tobytes()) if a.nbytes <= _INLINE and a.dtype.kind not in "OSU"
+                          else pack(n, a) for n, a in r.inputs.items()])
                         for r in requests]
         except InferError as exc:  # shared memory exhausted: this execution fails, the worker lives on
             done(Execution([self.error(r, exc) for r in requests], failed=True))
             return
-        self._outbox.append(_encode_execute(tag, wire))
+        self._outbox.append((_EXECUTE, tag, wire))
         if self._flush_handle is None:
             self._flush_handle = self.loop.call_soon(self._flush_turn)  # type: ignore[union-attr]
         self.pending[tag] = Pending(done, requests, time.perf_counter_ns() - t0, self.decoupled, t0)
@@ -267,6 +278,46 @@ class Router:
         pending = self.pending.get(tag)
         if pending is None:
             return
+        if (error is not None or responses is None or rescheduled is not None or pending.open is not None
+                or pending.early is not None or pending.done is None or None in responses):
+            self._executed_otherwise(pending, tag, error, responses, input_ns, infer_ns, output_ns, free_ns,
+                                     rescheduled)
+            return
+        # The usual execution: a response per request, all in this DONE. Decoded inline: small tensors read in
+        # place from the message's bytes (as ``Channel.unpack`` does), others through it.
+        t0 = time.perf_counter_ns()
+        del self.pending[tag]
+        model_name, version, unpack = self.model_name, self.version, self.ch.unpack  # type: ignore[union-attr]
+        answers = []
+        for request, (failure, outputs, parameters) in zip(pending.requests, responses):
+            if failure is not None:
+                answers.append(InferResponse(model_name, version, request.id, error=_error(*failure)))
+                continue
+            arrays = {}
+            for name, dtype, shape, payload in outputs:
+                if type(payload) is bytes and dtype != "BYTES":
+                    array = _frombuffer(payload, _DTYPES[dtype])
+                    arrays[name] = array if len(shape) == 1 else array.reshape(shape)
+                else:
+                    arrays[name] = unpack(False, name, dtype, shape, payload)[1]
+            answers.append(InferResponse(model_name, version, request.id, arrays, parameters))
+        done, pending.done = pending.done, None
+        pending.executed = True
+        # Triton's phases: queue until the instance starts the execution (here: when it was handed over, or, had
+        # the worker not finished the one before by then, when it had); compute covers the instance's whole work,
+        # the round trip to the worker counted as infer.
+        end = time.perf_counter_ns()
+        started = pending.submitted if pending.submitted > free_ns else free_ns
+        input_ns += pending.input_ns
+        output_ns += end - t0
+        whole = end - started - input_ns - output_ns
+        done(Execution(answers, input_ns, whole if whole > infer_ns else infer_ns, output_ns, False, started))
+
+    def _executed_otherwise(self, pending: Pending, tag: int, error: tuple | None, responses: list | None,
+                            input_ns: int, infer_ns: int, output_ns: int, free_ns: int,
+                            rescheduled: list | None) -> None:
+        """An execution that failed, a decoupled one, or one whose requests were (some) answered through their
+        senders or rescheduled."""
         t0 = time.perf_counter_ns()
         requests = pending.requests
         failed: bool | str = error is not None
@@ -301,10 +352,7 @@ class Router:
         if done is not None:
             if later is None:
                 pending.done = None
-            # Triton's phases: queue until the instance starts the execution (here: when it was handed over, or,
-            # had the worker not finished the one before by then, when it had); compute covers the instance's
-            # whole work, the round trip to the worker counted as infer.
-            end = time.perf_counter_ns()
+            end = time.perf_counter_ns()  # (the phases as in _executed)
             started = pending.submitted if pending.submitted > free_ns else free_ns
             input_ns += pending.input_ns
             output_ns += end - t0

@@ -33,6 +33,8 @@ MAX_MESSAGE = 64 * 1024  # larger messages (long tracebacks, many tensors) are p
 _FD_SPACE = socket.CMSG_SPACE(array.array("i", [0]).itemsize)
 _SEGMENT, _DROPPED, _PARKED, _BATCH = int(Kind.SEGMENT), int(Kind.DROPPED), int(Kind.PARKED), int(Kind.BATCH)
 _tensor, _block = M.tensor, M.block
+if M.Batch._fields != ("kind", "messages"):  # (send_many writes it inline)
+    raise ImportError("transport.py's inline BATCH message must follow messages.Batch's fields")
 
 Message = tuple
 
@@ -146,11 +148,17 @@ class Channel:
                 messages = self._held + messages
                 self._held = []
             dumps = self._dumps
-            if len(messages) == 1:
-                self._send(dumps(messages[0]))
-                return
-            data = dumps(M.batch(messages))
-            if len(data) <= MAX_MESSAGE:
+            data = dumps(messages[0] if len(messages) == 1 else (_BATCH, messages))
+            arena = self.arena
+            # As in ``send``: a datagram that fits, with nothing to announce or queued before it, in one call.
+            if (len(data) <= MAX_MESSAGE and not self._backlog and not arena.new_fds and not arena.dropped
+                    and not arena.retired and not arena.one_off and not self.closed):
+                try:
+                    self.sock.send(data)
+                    return
+                except (BlockingIOError, OSError):
+                    pass  # the general path below waits, queues or reports the end
+            if len(messages) == 1 or len(data) <= MAX_MESSAGE:
                 self._send(data)
                 return
             for message in messages:
