@@ -33,7 +33,7 @@ EAGER_BACKOFF = 64  # sends (see Router._flush_turn)
 _LEVELS = {0: logging.INFO, 1: logging.WARNING, 2: logging.ERROR, 3: logging.DEBUG}
 
 Done = Callable[[Execution], None]
-_EXECUTE, _INLINE, _frombuffer = int(Kind.EXECUTE), INLINE_TENSOR, np.frombuffer
+_EXECUTE, _INLINE, _frombuffer, _now = int(Kind.EXECUTE), INLINE_TENSOR, np.frombuffer, time.perf_counter_ns
 # The execute path writes EXECUTE messages, their Request records and small Tensor records, and reads a DONE's
 # Response and small Tensor records, as bare tuples (no call per request or tensor): in this order.
 if (M.Execute._fields != ("kind", "tag", "requests")
@@ -156,23 +156,29 @@ class Router:
         assert ch is not None
         if self.loop is None:
             self.attach(asyncio.get_running_loop())
-        t0 = time.perf_counter_ns()
+        t0 = _now()
         tag = self._tag = self._tag + 1
         try:
             with ch.lock:  # packing allocates in the arena
                 pack = ch.pack
-                # Request and small Tensor records built inline (the fields' order is checked at import, below).
-                wire = [(r.id, r.correlation_id, r.flags, r.timeout_us, r.parameters, r.requested_outputs,
-                         [(n, a.dtype.str, a.shape, a.tobytes()) if a.nbytes <= _INLINE and a.dtype.kind not in "OSU"
-                          else pack(n, a) for n, a in r.inputs.items()])
-                        for r in requests]
+                # Request and small Tensor records built inline (the fields' order is checked at import, above);
+                # loops, not comprehensions: each comprehension is a call.
+                wire = []
+                for r in requests:
+                    records = []
+                    for n, a in r.inputs.items():
+                        dtype = a.dtype
+                        records.append((n, dtype.str, a.shape, a.tobytes())
+                                       if a.nbytes <= _INLINE and dtype.kind not in "OSU" else pack(n, a))
+                    wire.append((r.id, r.correlation_id, r.flags, r.timeout_us, r.parameters, r.requested_outputs,
+                                 records))
         except InferError as exc:  # shared memory exhausted: this execution fails, the worker lives on
             done(Execution([self.error(r, exc) for r in requests], failed=True))
             return
         self._outbox.append((_EXECUTE, tag, wire))
         if self._flush_handle is None:
             self._flush_handle = self.loop.call_soon(self._flush_turn)  # type: ignore[union-attr]
-        self.pending[tag] = Pending(done, requests, time.perf_counter_ns() - t0, self.decoupled, t0)
+        self.pending[tag] = Pending(done, requests, _now() - t0, self.decoupled, t0)
 
     def flush(self) -> None:
         """Send the executions submitted this turn, in one datagram."""
@@ -285,7 +291,7 @@ class Router:
             return
         # The usual execution: a response per request, all in this DONE. Decoded inline: small tensors read in
         # place from the message's bytes (as ``Channel.unpack`` does), others through it.
-        t0 = time.perf_counter_ns()
+        t0 = _now()
         del self.pending[tag]
         model_name, version, unpack = self.model_name, self.version, self.ch.unpack  # type: ignore[union-attr]
         answers = []
@@ -306,7 +312,7 @@ class Router:
         # Triton's phases: queue until the instance starts the execution (here: when it was handed over, or, had
         # the worker not finished the one before by then, when it had); compute covers the instance's whole work,
         # the round trip to the worker counted as infer.
-        end = time.perf_counter_ns()
+        end = _now()
         started = pending.submitted if pending.submitted > free_ns else free_ns
         input_ns += pending.input_ns
         output_ns += end - t0
@@ -318,7 +324,7 @@ class Router:
                             rescheduled: list | None) -> None:
         """An execution that failed, a decoupled one, or one whose requests were (some) answered through their
         senders or rescheduled."""
-        t0 = time.perf_counter_ns()
+        t0 = _now()
         requests = pending.requests
         failed: bool | str = error is not None
         if error is not None:
@@ -352,7 +358,7 @@ class Router:
         if done is not None:
             if later is None:
                 pending.done = None
-            end = time.perf_counter_ns()  # (the phases as in _executed)
+            end = _now()  # (the phases as in _executed)
             started = pending.submitted if pending.submitted > free_ns else free_ns
             input_ns += pending.input_ns
             output_ns += end - t0
