@@ -24,7 +24,7 @@ from naiad.backends.python import messages as M
 from naiad.backends.python import metrics
 from naiad.backends.python.messages import Kind, reads
 from naiad.backends.python.pb_utils import TRITONSERVER_RESPONSE_COMPLETE_FINAL as _FINAL
-from naiad.backends.python.transport import _DTYPES, INLINE_TENSOR, Channel
+from naiad.backends.python.transport import _DTYPES, INLINE_TENSOR, TYPESTRS, Channel
 from naiad.core.errors import Code, InferError, internal
 from naiad.core.request import InferRequest, InferResponse
 
@@ -33,7 +33,8 @@ EAGER_BACKOFF = 64  # sends (see Router._flush_turn)
 _LEVELS = {0: logging.INFO, 1: logging.WARNING, 2: logging.ERROR, 3: logging.DEBUG}
 
 Done = Callable[[Execution], None]
-_EXECUTE, _INLINE, _frombuffer, _now = int(Kind.EXECUTE), INLINE_TENSOR, np.frombuffer, time.perf_counter_ns
+_EXECUTE, _INLINE, _TYPESTRS, _frombuffer, _now = (int(Kind.EXECUTE), INLINE_TENSOR, TYPESTRS, np.frombuffer,
+                                                    time.perf_counter_ns)
 # The execute path writes EXECUTE messages, their Request records and small Tensor records, and reads a DONE's
 # Response and small Tensor records, as bare tuples (no call per request or tensor): in this order.
 if (M.Execute._fields != ("kind", "tag", "requests")
@@ -159,19 +160,18 @@ class Router:
         t0 = _now()
         tag = self._tag = self._tag + 1
         try:
-            with ch.lock:  # packing allocates in the arena
-                pack = ch.pack
-                # Request and small Tensor records built inline (the fields' order is checked at import, above);
-                # loops, not comprehensions: each comprehension is a call.
-                wire = []
-                for r in requests:
-                    records = []
-                    for n, a in r.inputs.items():
-                        dtype = a.dtype
-                        records.append((n, dtype.str, a.shape, a.tobytes())
-                                       if a.nbytes <= _INLINE and dtype.kind not in "OSU" else pack(n, a))
-                    wire.append((r.id, r.correlation_id, r.flags, r.timeout_us, r.parameters, r.requested_outputs,
-                                 records))
+            # Request and small Tensor records built inline (the fields' order is checked at import, above), others
+            # by the channel, under its lock (packing allocates in the arena); loops, not comprehensions: each
+            # comprehension is a call.
+            wire = []
+            for r in requests:
+                records = []
+                for n, a in r.inputs.items():
+                    dtype = a.dtype
+                    records.append((n, _TYPESTRS[dtype], a.shape, a.tobytes())
+                                   if a.nbytes <= _INLINE and dtype.kind not in "OSU" else self._pack(n, a))
+                wire.append((r.id, r.correlation_id, r.flags, r.timeout_us, r.parameters, r.requested_outputs,
+                             records))
         except InferError as exc:  # shared memory exhausted: this execution fails, the worker lives on
             done(Execution([self.error(r, exc) for r in requests], failed=True))
             return
@@ -179,6 +179,11 @@ class Router:
         if self._flush_handle is None:
             self._flush_handle = self.loop.call_soon(self._flush_turn)  # type: ignore[union-attr]
         self.pending[tag] = Pending(done, requests, _now() - t0, self.decoupled, t0)
+
+    def _pack(self, name: str, array: np.ndarray) -> tuple:
+        ch = self.ch
+        with ch.lock:  # type: ignore[union-attr]
+            return ch.pack(name, array)  # type: ignore[union-attr]
 
     def flush(self) -> None:
         """Send the executions submitted this turn, in one datagram."""
@@ -359,11 +364,11 @@ class Router:
             if later is None:
                 pending.done = None
             end = _now()  # (the phases as in _executed)
-            started = pending.submitted if pending.submitted > free_ns else free_ns
+            started = max(pending.submitted, free_ns)
             input_ns += pending.input_ns
             output_ns += end - t0
             whole = end - started - input_ns - output_ns
-            execution = Execution(answers, input_ns, whole if whole > infer_ns else infer_ns, output_ns,
+            execution = Execution(answers, input_ns, max(whole, infer_ns), output_ns,
                                   failed=failed, started_ns=started, rescheduled=rescheduled)
             if later is not None:  # answers still to come through their senders
                 pending.waiting = (execution, later)

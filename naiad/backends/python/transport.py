@@ -51,6 +51,17 @@ class _Dtypes(dict):
 _DTYPES = _Dtypes()
 
 
+class _Typestrs(dict):
+    """Each dtype's type string, made once (``dtype.str`` builds a new string at every call)."""
+
+    def __missing__(self, dtype: np.dtype) -> str:
+        code = self[dtype] = dtype.str
+        return code
+
+
+TYPESTRS = _Typestrs()
+
+
 class Channel:
     """One end. ``send`` may be called from any thread; ``receive`` from one thread only.
 
@@ -94,12 +105,12 @@ class Channel:
             return _tensor(name, "BYTES", array_.shape, _block(seg_id, offset, nbytes, True))
         nbytes = array_.nbytes
         if nbytes <= INLINE_TENSOR:
-            return _tensor(name, array_.dtype.str, array_.shape, array_.tobytes())
+            return _tensor(name, TYPESTRS[array_.dtype], array_.shape, array_.tobytes())
         # Straight into the block, whatever the array's layout: no temporary contiguous copy.
         seg_id, offset, view, copy = self.arena.alloc(nbytes)
         np.copyto(np.frombuffer(view, array_.dtype).reshape(array_.shape), array_, casting="no")
         view.release()
-        return _tensor(name, array_.dtype.str, array_.shape, _block(seg_id, offset, nbytes, copy))
+        return _tensor(name, TYPESTRS[array_.dtype], array_.shape, _block(seg_id, offset, nbytes, copy))
 
     @reads(Tensor)
     def unpack(self, writable: bool, name: str, dtype: str, shape: tuple, payload: Any) -> tuple[str, np.ndarray]:
