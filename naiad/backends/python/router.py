@@ -17,12 +17,14 @@ import logging
 import time
 from typing import Any, Callable
 
+import numpy as np
+
 from naiad.backends.base import Core, Execution
 from naiad.backends.python import messages as M
 from naiad.backends.python import metrics
 from naiad.backends.python.messages import Kind, reads
 from naiad.backends.python.pb_utils import TRITONSERVER_RESPONSE_COMPLETE_FINAL as _FINAL
-from naiad.backends.python.transport import Channel
+from naiad.backends.python.transport import _DTYPES, INLINE_TENSOR, TYPESTRS, Channel
 from naiad.core.errors import Code, InferError, internal
 from naiad.core.request import InferRequest, InferResponse
 
@@ -31,7 +33,16 @@ EAGER_BACKOFF = 64  # sends (see Router._flush_turn)
 _LEVELS = {0: logging.INFO, 1: logging.WARNING, 2: logging.ERROR, 3: logging.DEBUG}
 
 Done = Callable[[Execution], None]
-_encode_request, _encode_execute = M.request, M.execute  # (hot path: no module lookup per call)
+_EXECUTE, _INLINE, _TYPESTRS, _frombuffer, _now = (int(Kind.EXECUTE), INLINE_TENSOR, TYPESTRS, np.frombuffer,
+                                                    time.perf_counter_ns)
+# The execute path writes EXECUTE messages, their Request records and small Tensor records, and reads a DONE's
+# Response and small Tensor records, as bare tuples (no call per request or tensor): in this order.
+if (M.Execute._fields != ("kind", "tag", "requests")
+        or M.Request._fields != ("id", "correlation_id", "flags", "timeout", "parameters", "requested", "inputs")
+        or M.Tensor._fields != ("name", "dtype", "shape", "payload")
+        or M.Response._fields != ("error", "outputs", "parameters")):
+    raise ImportError("router.py's inline EXECUTE, Request, Response and Tensor records must follow messages.py's "
+                      "fields")
 
 
 class Pending:
@@ -146,22 +157,33 @@ class Router:
         assert ch is not None
         if self.loop is None:
             self.attach(asyncio.get_running_loop())
-        t0 = time.perf_counter_ns()
-        self._tag += 1
-        tag = self._tag
+        t0 = _now()
+        tag = self._tag = self._tag + 1
         try:
-            with ch.lock:  # packing allocates in the arena
-                pack = ch.pack
-                wire = [_encode_request(r.id, r.correlation_id, r.flags, r.timeout_us, r.parameters,
-                                        r.requested_outputs, [pack(n, a) for n, a in r.inputs.items()])
-                        for r in requests]
+            # Request and small Tensor records built inline (the fields' order is checked at import, above), others
+            # by the channel, under its lock (packing allocates in the arena); loops, not comprehensions: each
+            # comprehension is a call.
+            wire = []
+            for r in requests:
+                records = []
+                for n, a in r.inputs.items():
+                    dtype = a.dtype
+                    records.append((n, _TYPESTRS[dtype], a.shape, a.tobytes())
+                                   if a.nbytes <= _INLINE and dtype.kind not in "OSU" else self._pack(n, a))
+                wire.append((r.id, r.correlation_id, r.flags, r.timeout_us, r.parameters, r.requested_outputs,
+                             records))
         except InferError as exc:  # shared memory exhausted: this execution fails, the worker lives on
             done(Execution([self.error(r, exc) for r in requests], failed=True))
             return
-        self._outbox.append(_encode_execute(tag, wire))
+        self._outbox.append((_EXECUTE, tag, wire))
         if self._flush_handle is None:
             self._flush_handle = self.loop.call_soon(self._flush_turn)  # type: ignore[union-attr]
-        self.pending[tag] = Pending(done, requests, time.perf_counter_ns() - t0, self.decoupled, t0)
+        self.pending[tag] = Pending(done, requests, _now() - t0, self.decoupled, t0)
+
+    def _pack(self, name: str, array: np.ndarray) -> tuple:
+        ch = self.ch
+        with ch.lock:  # type: ignore[union-attr]
+            return ch.pack(name, array)  # type: ignore[union-attr]
 
     def flush(self) -> None:
         """Send the executions submitted this turn, in one datagram."""
@@ -267,7 +289,47 @@ class Router:
         pending = self.pending.get(tag)
         if pending is None:
             return
-        t0 = time.perf_counter_ns()
+        if (error is not None or responses is None or rescheduled is not None or pending.open is not None
+                or pending.early is not None or pending.done is None or None in responses):
+            self._executed_otherwise(pending, tag, error, responses, input_ns, infer_ns, output_ns, free_ns,
+                                     rescheduled)
+            return
+        # The usual execution: a response per request, all in this DONE. Decoded inline: small tensors read in
+        # place from the message's bytes (as ``Channel.unpack`` does), others through it.
+        t0 = _now()
+        del self.pending[tag]
+        model_name, version, unpack = self.model_name, self.version, self.ch.unpack  # type: ignore[union-attr]
+        answers = []
+        for request, (failure, outputs, parameters) in zip(pending.requests, responses):
+            if failure is not None:
+                answers.append(InferResponse(model_name, version, request.id, error=_error(*failure)))
+                continue
+            arrays = {}
+            for name, dtype, shape, payload in outputs:
+                if type(payload) is bytes and dtype != "BYTES":
+                    array = _frombuffer(payload, _DTYPES[dtype])
+                    arrays[name] = array if len(shape) == 1 else array.reshape(shape)
+                else:
+                    arrays[name] = unpack(False, name, dtype, shape, payload)[1]
+            answers.append(InferResponse(model_name, version, request.id, arrays, parameters))
+        done, pending.done = pending.done, None
+        pending.executed = True
+        # Triton's phases: queue until the instance starts the execution (here: when it was handed over, or, had
+        # the worker not finished the one before by then, when it had); compute covers the instance's whole work,
+        # the round trip to the worker counted as infer.
+        end = _now()
+        started = pending.submitted if pending.submitted > free_ns else free_ns
+        input_ns += pending.input_ns
+        output_ns += end - t0
+        whole = end - started - input_ns - output_ns
+        done(Execution(answers, input_ns, whole if whole > infer_ns else infer_ns, output_ns, False, started))
+
+    def _executed_otherwise(self, pending: Pending, tag: int, error: tuple | None, responses: list | None,
+                            input_ns: int, infer_ns: int, output_ns: int, free_ns: int,
+                            rescheduled: list | None) -> None:
+        """An execution that failed, a decoupled one, or one whose requests were (some) answered through their
+        senders or rescheduled."""
+        t0 = _now()
         requests = pending.requests
         failed: bool | str = error is not None
         if error is not None:
@@ -301,15 +363,12 @@ class Router:
         if done is not None:
             if later is None:
                 pending.done = None
-            # Triton's phases: queue until the instance starts the execution (here: when it was handed over, or,
-            # had the worker not finished the one before by then, when it had); compute covers the instance's
-            # whole work, the round trip to the worker counted as infer.
-            end = time.perf_counter_ns()
-            started = pending.submitted if pending.submitted > free_ns else free_ns
+            end = _now()  # (the phases as in _executed)
+            started = max(pending.submitted, free_ns)
             input_ns += pending.input_ns
             output_ns += end - t0
             whole = end - started - input_ns - output_ns
-            execution = Execution(answers, input_ns, whole if whole > infer_ns else infer_ns, output_ns,
+            execution = Execution(answers, input_ns, max(whole, infer_ns), output_ns,
                                   failed=failed, started_ns=started, rescheduled=rescheduled)
             if later is not None:  # answers still to come through their senders
                 pending.waiting = (execution, later)

@@ -33,6 +33,8 @@ MAX_MESSAGE = 64 * 1024  # larger messages (long tracebacks, many tensors) are p
 _FD_SPACE = socket.CMSG_SPACE(array.array("i", [0]).itemsize)
 _SEGMENT, _DROPPED, _PARKED, _BATCH = int(Kind.SEGMENT), int(Kind.DROPPED), int(Kind.PARKED), int(Kind.BATCH)
 _tensor, _block = M.tensor, M.block
+if M.Batch._fields != ("kind", "messages"):  # (send_many writes it inline)
+    raise ImportError("transport.py's inline BATCH message must follow messages.Batch's fields")
 
 Message = tuple
 
@@ -47,6 +49,17 @@ class _Dtypes(dict):
 
 
 _DTYPES = _Dtypes()
+
+
+class _Typestrs(dict):
+    """Each dtype's type string, made once (``dtype.str`` builds a new string at every call)."""
+
+    def __missing__(self, dtype: np.dtype) -> str:
+        code = self[dtype] = dtype.str
+        return code
+
+
+TYPESTRS = _Typestrs()
 
 
 class Channel:
@@ -92,12 +105,12 @@ class Channel:
             return _tensor(name, "BYTES", array_.shape, _block(seg_id, offset, nbytes, True))
         nbytes = array_.nbytes
         if nbytes <= INLINE_TENSOR:
-            return _tensor(name, array_.dtype.str, array_.shape, array_.tobytes())
+            return _tensor(name, TYPESTRS[array_.dtype], array_.shape, array_.tobytes())
         # Straight into the block, whatever the array's layout: no temporary contiguous copy.
         seg_id, offset, view, copy = self.arena.alloc(nbytes)
         np.copyto(np.frombuffer(view, array_.dtype).reshape(array_.shape), array_, casting="no")
         view.release()
-        return _tensor(name, array_.dtype.str, array_.shape, _block(seg_id, offset, nbytes, copy))
+        return _tensor(name, TYPESTRS[array_.dtype], array_.shape, _block(seg_id, offset, nbytes, copy))
 
     @reads(Tensor)
     def unpack(self, writable: bool, name: str, dtype: str, shape: tuple, payload: Any) -> tuple[str, np.ndarray]:
@@ -146,11 +159,17 @@ class Channel:
                 messages = self._held + messages
                 self._held = []
             dumps = self._dumps
-            if len(messages) == 1:
-                self._send(dumps(messages[0]))
-                return
-            data = dumps(M.batch(messages))
-            if len(data) <= MAX_MESSAGE:
+            data = dumps(messages[0] if len(messages) == 1 else (_BATCH, messages))
+            arena = self.arena
+            # As in ``send``: a datagram that fits, with nothing to announce or queued before it, in one call.
+            if (len(data) <= MAX_MESSAGE and not self._backlog and not arena.new_fds and not arena.dropped
+                    and not arena.retired and not arena.one_off and not self.closed):
+                try:
+                    self.sock.send(data)
+                    return
+                except (BlockingIOError, OSError):
+                    pass  # the general path below waits, queues or reports the end
+            if len(messages) == 1 or len(data) <= MAX_MESSAGE:
                 self._send(data)
                 return
             for message in messages:
@@ -269,7 +288,7 @@ class Channel:
                 message = loads(bytes(self.segments.view(parked.segment, parked.offset, parked.nbytes)))
                 kind = message[0]
             if kind == _BATCH:
-                out.extend(M.Batch.of(message).messages)  # type: ignore[attr-defined]
+                out.extend(message[1])  # (Batch's messages: see send_many)
             else:
                 out.append(message)
             if wait or one:

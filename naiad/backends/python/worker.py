@@ -56,7 +56,7 @@ from naiad.backends.python.messages import Kind, reads
 from naiad.backends.python.runner import CODES, check_response, check_result, describe, execute_failed
 from naiad.backends.python.runner import import_model, initialize
 from naiad.backends.python.shm import Arena
-from naiad.backends.python.transport import _DTYPES, INLINE_TENSOR, Channel
+from naiad.backends.python.transport import _DTYPES, INLINE_TENSOR, TYPESTRS, Channel
 from naiad.core.errors import Code, InferError, internal
 
 FINAL = pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL
@@ -539,7 +539,7 @@ class Worker:
                     continue
                 dtype = array.dtype
                 if array.nbytes <= INLINE_TENSOR and dtype.kind not in "OSU":  # Channel.pack's inline case, inline
-                    outputs.append((name, dtype.str, array.shape, array.tobytes()))
+                    outputs.append((name, TYPESTRS[dtype], array.shape, array.tobytes()))
                 else:
                     outputs.append(pack(name, array))
         except InferError as exc:  # shared memory exhausted: this response fails, the instance lives on

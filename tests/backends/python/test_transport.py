@@ -36,18 +36,33 @@ def pair():
     receiver.close()
 
 
+class _CountingSocket:
+    """A channel's socket that records each datagram written to it (but shared-memory segment announcements, which
+    precede a segment's first use); everything else goes to the socket."""
+
+    def __init__(self, channel: Channel, sent: list[bytes]) -> None:
+        self._channel, self._sock, self._sent = channel, channel.sock, sent
+
+    def _record(self, data: bytes) -> None:
+        if self._channel.codec.loads(data)[0] not in (Kind.SEGMENT, Kind.DROPPED):
+            self._sent.append(bytes(data))
+
+    def send(self, data: bytes, *args: int) -> int:
+        self._record(data)
+        return self._sock.send(data, *args)
+
+    def sendmsg(self, buffers: list[bytes], *args: object) -> int:
+        self._record(b"".join(buffers))
+        return self._sock.sendmsg(buffers, *args)  # type: ignore[arg-type]
+
+    def __getattr__(self, name: str) -> object:
+        return getattr(self._sock, name)
+
+
 def _datagrams(channel: Channel) -> list[bytes]:
-    """Wrap ``channel``'s socket writes so the test sees each datagram it sends (but shared-memory segment
-    announcements, which precede a segment's first use)."""
+    """Have the test see each datagram ``channel`` sends, whichever of its paths sends it."""
     sent: list[bytes] = []
-    write = channel._write
-
-    def counting(data: bytes, fds: list[int]) -> None:
-        if channel.codec.loads(data)[0] not in (Kind.SEGMENT, Kind.DROPPED):
-            sent.append(data)
-        write(data, fds)
-
-    channel._write = counting  # type: ignore[method-assign]
+    channel.sock = _CountingSocket(channel, sent)  # type: ignore[assignment]
     return sent
 
 
