@@ -49,6 +49,17 @@ class _Dtypes(dict):
 _DTYPES = _Dtypes()
 
 
+class _Codes(dict):
+    """Type strings by NumPy dtype, each made once (``dtype.str`` builds a new string at every read)."""
+
+    def __missing__(self, dtype: np.dtype) -> str:
+        code = self[dtype] = dtype.str
+        return code
+
+
+_CODES = _Codes()
+
+
 class Channel:
     """One end. ``send`` may be called from any thread; ``receive`` from one thread only.
 
@@ -92,12 +103,12 @@ class Channel:
             return _tensor(name, "BYTES", array_.shape, _block(seg_id, offset, nbytes, True))
         nbytes = array_.nbytes
         if nbytes <= INLINE_TENSOR:
-            return _tensor(name, array_.dtype.str, array_.shape, array_.tobytes())
+            return _tensor(name, _CODES[array_.dtype], array_.shape, array_.tobytes())
         # Straight into the block, whatever the array's layout: no temporary contiguous copy.
         seg_id, offset, view, copy = self.arena.alloc(nbytes)
         np.copyto(np.frombuffer(view, array_.dtype).reshape(array_.shape), array_, casting="no")
         view.release()
-        return _tensor(name, array_.dtype.str, array_.shape, _block(seg_id, offset, nbytes, copy))
+        return _tensor(name, _CODES[array_.dtype], array_.shape, _block(seg_id, offset, nbytes, copy))
 
     @reads(Tensor)
     def unpack(self, writable: bool, name: str, dtype: str, shape: tuple, payload: Any) -> tuple[str, np.ndarray]:
@@ -106,7 +117,9 @@ class Channel:
         if type(payload) is bytes:
             if dtype == "BYTES":
                 return name, deserialize_bytes(payload).reshape(shape)
-            array_ = np.frombuffer(payload, _DTYPES[dtype]).reshape(shape)
+            # Over the bytes in one call (frombuffer then reshape takes two): read-only, as bytes are. The record
+            # is ``pack``'s, whose bytes are exactly this shape's.
+            array_ = np.ndarray(shape, _DTYPES[dtype], payload)
             return name, (array_.copy() if writable else array_)
         return name, self._from_block(dtype, shape, *payload)
 
