@@ -2,7 +2,9 @@
 instances, which run in parallel.
 
 Each pending request carries a completion callback; nothing here spawns a task per request. A request is
-dispatched inline when an instance is free, so an idle model answers without a trip through the event loop.
+dispatched inline when an instance is free, so an idle model answers without a trip through the event loop; an
+instance that can run it on the loop right away (``execute_now``: a fast framework model) answers it within
+``enqueue``, with nothing around the one request but its completion.
 """
 
 from __future__ import annotations
