@@ -78,7 +78,7 @@ class ThreadedInstance(Instance):
         thread; else None (the scheduler then submits it)."""
         if not self.inline or self._held:
             return None
-        return self._execute((request,))
+        return self._learn(self._each((request,)))
 
     def _release(self, _: object) -> None:
         self._held -= 1
@@ -119,7 +119,11 @@ class ThreadedInstance(Instance):
         return execution
 
     def _execute(self, requests: Sequence[InferRequest]) -> Execution:
-        execution = self._execute_batch(requests) if self.batching and len(requests) > 1 else self._each(requests)
+        return self._learn(self._execute_batch(requests) if self.batching and len(requests) > 1
+                           else self._each(requests))
+
+    def _learn(self, execution: Execution) -> Execution:
+        """Whether the next executions run inline, from this one's inference time."""
         self._runs += 1
         self._average_ns = 0.8 * self._average_ns + 0.2 * execution.infer_ns
         self.inline = self._runs >= _WARMUP_RUNS and self._average_ns < INLINE_BELOW_NS
