@@ -68,6 +68,9 @@ class ModelEntry:
     # The version that serves a request naming none, kept as versions change: found with no search per request.
     newest: ModelVersion | None = field(default=None, init=False, repr=False)
 
+    def __post_init__(self) -> None:
+        self._versions_changed()
+
     @property
     def ready(self) -> bool:
         return bool(self.versions)
