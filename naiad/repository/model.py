@@ -73,7 +73,7 @@ class ModelVersion:
         self.labels = labels  # output name -> class labels, for the classification extension
         self.signature = signature = Signature(config)
         # What ``_complete`` checks before selecting a response's outputs (most requests need no selection).
-        self._output_names = signature.outputs.keys()
+        self._config_outputs = signature.outputs.keys()
         self._reshapes = bool(signature.reshaped_outputs)
         self.stats = ModelStats()
         self.limiter = limiter
@@ -220,7 +220,7 @@ class ModelVersion:
         answered = done and not future.cancelled()  # early, by _answer_early: outputs already selected
         if response.error is None and not answered:
             outputs = response.outputs
-            if request.requested_outputs or self._reshapes or outputs.keys() != self._output_names:
+            if request.requested_outputs or self._reshapes or outputs.keys() != self._config_outputs:
                 try:  # (``_selected``, inline: this runs for every request)
                     selected = self.signature.select_outputs(outputs, request)
                 except InferError as exc:
