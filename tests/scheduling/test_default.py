@@ -86,6 +86,7 @@ def test_an_idle_fast_model_answers_within_enqueue_and_is_counted(monkeypatch: p
         instance.finalize()
     assert all(execution is not None for execution in instance.now) and scheduler.pending == 0
     (first, one, _), (second, two, _), (third, failed, reason) = answers
+    np.testing.assert_array_equal(one.outputs["OUT"], [[2.0, 2.0]])
     np.testing.assert_array_equal(two.outputs["OUT"], [[4.0, 4.0]])
     assert reason is True and failed.error is not None and failed.error.message == "negative input"
     # As any execution: two inferences, three executions of batch 1, and the queue time of the two that succeeded
