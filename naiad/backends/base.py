@@ -32,8 +32,9 @@ class Execution:
     infer_ns: int = 0
     output_ns: int = 0
     failed: bool | str = False
-    # When the instance started it (perf_counter_ns), if later than the scheduler handed it over: a worker that
-    # takes executions while busy (pipelined) starts them later, and the wait is queue time, as in Triton.
+    # When the instance started it (perf_counter_ns; 0: when the scheduler handed it over). A worker that takes
+    # executions while busy (pipelined) starts them later, and the wait is queue time, as in Triton; an execution
+    # the scheduler ran with ``execute_now`` has no hand-over time but this one.
     started_ns: int = 0
     # Indexes of requests the model released with TRITONSERVER_REQUEST_RELEASE_RESCHEDULE: the scheduler runs them
     # again (their responses here are placeholders). Only a sequence batcher with iterative_sequence gets these.
@@ -86,6 +87,11 @@ class Instance(abc.ABC):
     # on the event loop: the scheduler then completes from the backend's own callback, with no future and no
     # extra trip through the loop per execution.
     submit: Callable[[list[InferRequest], Callable[[Execution], None]], None] | None = None
+    # An instance that may run a request on the event loop itself (a fast model) may also offer
+    # ``execute_now(request)``: the execution of that one request, run to its end right now, or None when it can't
+    # run it now (the scheduler then submits it as usual). The default scheduler's path for an idle fast model:
+    # no list, callback or completion through the backend around the one request.
+    execute_now: Callable[[InferRequest], Execution | None] | None = None
     # Executions the instance may hold at once: one running, the others waiting to start the moment it ends
     # (on the instance's own thread or process, with no trip through the event loop between them). The dynamic
     # batcher hands a busy instance a batch only when that batch can no longer grow.

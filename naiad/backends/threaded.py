@@ -26,7 +26,7 @@ from __future__ import annotations
 import abc
 import asyncio
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
@@ -73,6 +73,13 @@ class ThreadedInstance(Instance):
         future.add_done_callback(self._release)
         return future
 
+    def execute_now(self, request: InferRequest) -> Execution | None:
+        """``request`` alone, run right now on the loop while the instance runs inline and holds nothing on its
+        thread; else None (the scheduler then submits it)."""
+        if not self.inline or self._held:
+            return None
+        return self._learn(self._each((request,)))
+
     def _release(self, _: object) -> None:
         self._held -= 1
 
@@ -111,21 +118,26 @@ class ThreadedInstance(Instance):
         execution.started_ns = started
         return execution
 
-    def _execute(self, requests: list[InferRequest]) -> Execution:
-        execution = self._execute_batch(requests) if self.batching and len(requests) > 1 else self._each(requests)
+    def _execute(self, requests: Sequence[InferRequest]) -> Execution:
+        return self._learn(self._execute_batch(requests) if self.batching and len(requests) > 1
+                           else self._each(requests))
+
+    def _learn(self, execution: Execution) -> Execution:
+        """Whether the next executions run inline, from this one's inference time."""
         self._runs += 1
         self._average_ns = 0.8 * self._average_ns + 0.2 * execution.infer_ns
         self.inline = self._runs >= _WARMUP_RUNS and self._average_ns < INLINE_BELOW_NS
         return execution
 
-    def _each(self, requests: list[InferRequest]) -> Execution:
+    def _each(self, requests: Sequence[InferRequest]) -> Execution:
         responses: list[InferResponse] = []
         infer_ns = output_ns = 0
         failed = False
         run, clock, shaped = self.run, time.perf_counter_ns, self._shapes_scalars
+        # One clock reading ends a request's outputs and starts the next one's inference.
+        started = t0 = clock()
         # Without a batch dimension requests can't be joined: each runs alone.
         for request in requests:
-            t0 = clock()
             t1 = t0
             try:
                 outputs = run(request.inputs)
@@ -140,9 +152,10 @@ class ThreadedInstance(Instance):
             # Inputs are handed over as they are (no gathering), so all time before the outputs is inference.
             infer_ns += t1 - t0
             output_ns += t2 - t1
-        return Execution(responses, 0, infer_ns, output_ns, failed)
+            t0 = t2
+        return Execution(responses, 0, infer_ns, output_ns, failed, started)
 
-    def _execute_batch(self, requests: list[InferRequest]) -> Execution:
+    def _execute_batch(self, requests: Sequence[InferRequest]) -> Execution:
         t0 = time.perf_counter_ns()
         try:
             first = requests[0].inputs
@@ -168,7 +181,7 @@ class ThreadedInstance(Instance):
                 InferResponse(self.model_name, self.version_str, r.id, outs) for r, outs in zip(requests, per_request)
             ]
             t3 = time.perf_counter_ns()
-            return Execution(responses, t1 - t0, t2 - t1, t3 - t2)
+            return Execution(responses, t1 - t0, t2 - t1, t3 - t2, started_ns=t0)
         except Exception as exc:
             return Execution([self._error(r, exc) for r in requests], time.perf_counter_ns() - t0, failed=True)
 

@@ -383,7 +383,7 @@ class ModelControl:
                 return
             versions = list(entry.versions.values())
             entry.unloaded |= set(entry.versions) | set(entry.failed)
-            entry.versions.clear()
+            entry.clear_versions()
             entry.failed.clear()
             entry.unloading |= {m.version for m in versions}
             self._retire(entry, versions, entry.scratch)

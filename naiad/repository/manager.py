@@ -53,6 +53,7 @@ class ModelEntry:
     path: Path
     config: ModelConfig | None = None
     config_dict: dict[str, Any] | None = None
+    # Changed only through add_version, remove_version and clear_versions, which keep ``newest`` with it.
     versions: dict[int, ModelVersion] = field(default_factory=dict)
     failed: dict[int, str] = field(default_factory=dict)  # version -> reason
     reason: str = ""  # the whole model failed before any version was tried
@@ -64,13 +65,33 @@ class ModelEntry:
     # Loaded on request (or with the repository); False: only because a loaded ensemble is made of it, so an
     # unload with unload_dependents takes it along once no loaded model uses it (Triton's explicitly_load_).
     explicit: bool = True
+    # The version that serves a request naming none, kept as versions change: found with no search per request.
+    newest: ModelVersion | None = field(default=None, init=False, repr=False)
+
+    def __post_init__(self) -> None:
+        self._versions_changed()
 
     @property
     def ready(self) -> bool:
         return bool(self.versions)
 
     def latest(self) -> ModelVersion | None:
-        return self.versions[max(self.versions)] if self.versions else None
+        return self.newest
+
+    def add_version(self, version: int, model: ModelVersion) -> None:
+        self.versions[version] = model
+        self._versions_changed()
+
+    def remove_version(self, version: int) -> None:
+        del self.versions[version]
+        self._versions_changed()
+
+    def clear_versions(self) -> None:
+        self.versions.clear()
+        self.newest = None
+
+    def _versions_changed(self) -> None:
+        self.newest = self.versions[max(self.versions)] if self.versions else None
 
 
 @dataclass
@@ -303,8 +324,8 @@ class ModelRepository:
         labels = self._labels(config, path)
         if ensemble:
             for version in selected:
-                entry.versions[version] = ModelVersion(name, version, config, entry.config_dict, EnsembleVersion(),
-                                                       labels, self.options.response_cache, resolve=self.get)
+                entry.add_version(version, ModelVersion(name, version, config, entry.config_dict, EnsembleVersion(),
+                                                        labels, self.options.response_cache, resolve=self.get))
                 log.info("successfully loaded '%s' version %d", name, version)
             return entry
         assert backend is not None
@@ -349,7 +370,7 @@ class ModelRepository:
                 self._version_failed(entry, version, exc)
                 continue
             model.load_seconds = time.perf_counter() - started
-            entry.versions[version] = model
+            entry.add_version(version, model)
             log.info("successfully loaded '%s' version %d", name, version)
         return entry
 
@@ -402,7 +423,7 @@ class ModelRepository:
                 error = internal(f"{type(exc).__name__}: {exc}")
             else:
                 continue
-            del entry.versions[version]
+            entry.remove_version(version)
             try:
                 model.unload()
             except Exception:
@@ -441,8 +462,7 @@ class ModelRepository:
             # Unknown, or never got past polling: Triton has no such model at all.
             raise not_found(f"Request for unknown model: '{name}' is not found")
         if not version:
-            versions = entry.versions  # (entry.latest(), inline: this runs for every request)
-            model = versions[max(versions)] if versions else None
+            model = entry.newest
             if model is None:
                 # Triton's words, which clients match; then why, when a load failed.
                 why = "; ".join(f"version {v} failed to load: {r}" for v, r in sorted(entry.failed.items()))
@@ -517,7 +537,7 @@ class ModelRepository:
                     model.unload(deadline)
                 except Exception:
                     log.exception("finalize() of '%s' version %d failed", entry.name, version)
-            entry.versions.clear()
+            entry.clear_versions()
         if self._load_pool is not None:
             self._load_pool.shutdown(wait=False)
             self._load_pool = None
@@ -534,4 +554,4 @@ def discard_late(future: Future) -> None:
             model.unload()
         except Exception:
             log.exception("finalize() of '%s' version %d failed", entry.name, version)
-    entry.versions.clear()
+    entry.clear_versions()

@@ -71,7 +71,10 @@ class ModelVersion:
         self.config_dict = config_dict
         self.loaded = loaded
         self.labels = labels  # output name -> class labels, for the classification extension
-        self.signature = Signature(config)
+        self.signature = signature = Signature(config)
+        # What ``_complete`` checks before selecting a response's outputs (most requests need no selection).
+        self._config_outputs = signature.outputs.keys()
+        self._reshapes = bool(signature.reshaped_outputs)
         self.stats = ModelStats()
         self.limiter = limiter
         if limiter is not None:
@@ -217,12 +220,16 @@ class ModelVersion:
         done = future.done()  # (nothing below until set_result changes it)
         answered = done and not future.cancelled()  # early, by _answer_early: outputs already selected
         if response.error is None and not answered:
-            try:  # (``_selected``, inline: this runs for every request)
-                selected = self.signature.select_outputs(response.outputs, request)
-            except InferError as exc:
-                response.outputs = {}
-                response.error = exc
-                selected = None
+            outputs = response.outputs
+            if request.requested_outputs or self._reshapes or outputs.keys() != self._config_outputs:
+                try:  # (``_selected``, inline: this runs for every request)
+                    selected = self.signature.select_outputs(outputs, request)
+                except InferError as exc:
+                    response.outputs = {}
+                    response.error = exc
+                    selected = None
+            else:  # all asked for, and the model made exactly the config's outputs: selecting would keep them all
+                selected = outputs
             if selected is None:
                 failed = "OTHER"
             else:

@@ -11,6 +11,7 @@ import asyncio
 import logging
 import time
 from collections import deque
+from collections.abc import Sequence
 from functools import partial
 from typing import TYPE_CHECKING, Callable
 
@@ -72,7 +73,7 @@ def _outcome(instance: Instance, requests: list[InferRequest], task: asyncio.Fut
     return task.result()
 
 
-def record(stats: ModelStats, requests: list[InferRequest], result: Execution, started_ns: int,
+def record(stats: ModelStats, requests: Sequence[InferRequest], result: Execution, started_ns: int,
            batch_size: int | None = None) -> None:
     """Triton's accounting for one execution: the batch (``batch_size`` counts padding requests too, as the
     backend reports them), and, for requests that completed, their queue and compute times."""
@@ -121,7 +122,7 @@ def _trace_compute(request: InferRequest, result: Execution, started_ns: int) ->
     trace.add("COMPUTE_END", output_start + result.output_ns)
 
 
-def _log_failure(requests: list[InferRequest], result: Execution) -> None:
+def _log_failure(requests: Sequence[InferRequest], result: Execution) -> None:
     """A failed execution is the operator's business too, not only the client's: one line, and the whole
     message (a Python model's traceback) at --log-verbose 1."""
     error = next((r.error for r in result.responses if r.error is not None), None)

@@ -10,6 +10,7 @@ import numpy as np
 import pytest
 import tritonclient.grpc as grpcclient
 import tritonclient.http as httpclient
+from tritonclient.utils import InferenceServerException
 
 from tests import onnx_graphs as g
 from tests.models import write_model
@@ -55,6 +56,27 @@ PY_SHAPES_MODEL = """
                     for r in requests]
 """
 
+PY_OUTPUTS = """
+    name: "py_outputs"
+    backend: "python"
+    input [{ name: "INPUT0", data_type: TYPE_FP32, dims: [ 1 ] }]
+    output [{ name: "A", data_type: TYPE_FP32, dims: [ 1 ] }, { name: "B", data_type: TYPE_FP32, dims: [ 1 ] }]
+"""
+
+# INPUT0 says which outputs to make: 0 the config's two, 1 only A, 2 A and one the config doesn't declare.
+PY_OUTPUTS_MODEL = """
+    import triton_python_backend_utils as pb_utils
+
+    class TritonPythonModel:
+        def execute(self, requests):
+            responses = []
+            for r in requests:
+                x = r.inputs()[0].as_numpy()
+                names = [["A", "B"], ["A"], ["A", "EXTRA"]][int(x[0])]
+                responses.append(pb_utils.InferenceResponse([pb_utils.Tensor(n, x + i) for i, n in enumerate(names)]))
+            return responses
+"""
+
 
 @pytest.fixture(scope="module")
 def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RunningServer]:
@@ -64,6 +86,7 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RunningServer]:
     folder = g.write(repo, "reshape_batch", g.identity("TYPE_FP32", ["batch", 2, 2]), RESHAPE_BATCH)
     (folder / "labels.txt").write_text("a\nb\nc\nd\n")
     write_model(repo, "py_shapes", PY_SHAPES, PY_SHAPES_MODEL)
+    write_model(repo, "py_outputs", PY_OUTPUTS, PY_OUTPUTS_MODEL)
     running = RunningServer([repo])
     yield running
     running.stop()
@@ -140,3 +163,24 @@ def test_python_model_outputs_pass_through_as_made(server: RunningServer, protoc
     out = client.infer("py_shapes", [inp]).as_numpy("OUTPUT0")
     assert out.dtype == np.float64
     np.testing.assert_array_equal(out, np.arange(6, dtype=np.float64).reshape(2, 3) + 10)
+
+
+def test_the_outputs_a_client_gets_of_those_a_model_made(server: RunningServer) -> None:
+    client = httpclient.InferenceServerClient(server.url)
+
+    def infer(which: float, *requested: str) -> httpclient.InferResult:
+        inp = httpclient.InferInput("INPUT0", [1], "FP32")
+        inp.set_data_from_numpy(np.array([which], dtype=np.float32))
+        return client.infer("py_outputs", [inp], outputs=[httpclient.InferRequestedOutput(n) for n in requested]
+                            or None)
+
+    def names(result: httpclient.InferResult) -> list[str]:
+        return [o["name"] for o in result.get_response()["outputs"]]
+
+    assert names(infer(0)) == ["A", "B"]  # all the config's, none asked for: as made
+    assert names(infer(0, "B")) == ["B"]
+    assert names(infer(1)) == ["A"]  # fewer than the config's: those
+    with pytest.raises(InferenceServerException, match="unexpected inference output 'EXTRA' for model 'py_outputs'"):
+        infer(2)
+    stats = client.get_inference_statistics("py_outputs")["model_stats"][0]
+    assert stats["inference_stats"]["success"]["count"] == 3 and stats["inference_stats"]["fail"]["count"] == 1

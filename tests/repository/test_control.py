@@ -205,6 +205,27 @@ def test_load_infer_unload_over_http_and_grpc(http: httpclient.InferenceServerCl
     np.testing.assert_array_equal(infer_http(http, "ident", data), data)
 
 
+def test_requests_naming_no_version_follow_the_versions_loaded(http: httpclient.InferenceServerClient,
+                                                               grpc: grpcclient.InferenceServerClient,
+                                                               repo: Path) -> None:
+    write_model(repo, "versioned", IDENTITY_FP32.format(name="versioned"), IDENTITY_PY, versions=(1, 2))
+    data = np.arange(4, dtype=np.float32)
+
+    def served() -> str:
+        tensor = httpclient.InferInput("INPUT0", [4], "FP32")
+        tensor.set_data_from_numpy(data)
+        return http.infer("versioned", [tensor]).get_response()["model_version"]
+
+    http.load_model("versioned")  # the config's policy: the latest version only
+    assert served() == "2"
+    grpc.load_model("versioned", config=json.dumps({**json.loads(FIXED_CONFIG),
+                                                    "version_policy": {"specific": {"versions": [1]}}}))
+    assert served() == "1"
+    http.unload_model("versioned")
+    with pytest.raises(InferenceServerException, match="has no available versions"):
+        served()
+
+
 def test_config_override_and_failed_reload_keeps_serving(http: httpclient.InferenceServerClient,
                                                          grpc: grpcclient.InferenceServerClient) -> None:
     http.load_model("ident")

@@ -86,7 +86,7 @@ def test_a_window_added_for_the_page_is_removed_a_summary_window_stays(monkeypat
 def _service_with(stats: ModelStats) -> tuple[Service, ModelEntry]:
     repository = ModelRepository(RepositoryOptions(paths=[]))
     entry = ModelEntry("m", Path("m"))
-    entry.versions[1] = SimpleNamespace(stats=stats)  # type: ignore[assignment]  # the watcher reads .stats only
+    entry.add_version(1, SimpleNamespace(stats=stats))  # type: ignore[arg-type]  # the watcher reads .stats only
     repository.models["m"] = entry
     return Service(repository), entry
 
@@ -107,7 +107,7 @@ def test_sampling_runs_only_while_pages_poll(monkeypatch: pytest.MonkeyPatch) ->
         assert stats.success.window is None and not watcher.series
         watcher.touch()  # a page opens again
         assert watcher.watching and stats.success.window is not None
-        del entry.versions[1]  # unloaded while watched: its window goes with it
+        entry.remove_version(1)  # unloaded while watched: its window goes with it
         watcher.sample(time.monotonic())
         assert stats.success.window is None and not watcher.series
         watcher.stop()

@@ -250,7 +250,9 @@ class OnnxInstance(ThreadedInstance):
             results = self._session_run(self.output_names, inputs, self._run_options)
         except Exception as exc:
             raise sessions.ort_error(exc) from None
-        return self._outputs(results)
+        if self._string_outputs:
+            return self._outputs(results)
+        return dict(zip(self.output_names, results))  # (``_outputs`` with nothing to convert, without its call)
 
     def _run_bound(self, inputs: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
         """One run through I/O binding; the run returns once the provider's stream is done with the buffers."""

@@ -119,7 +119,9 @@ class Channel:
         if type(payload) is bytes:
             if dtype == "BYTES":
                 return name, deserialize_bytes(payload).reshape(shape)
-            array_ = np.frombuffer(payload, _DTYPES[dtype]).reshape(shape)
+            # Over the bytes in one call (frombuffer then reshape takes two): read-only, as bytes are. The record
+            # is ``pack``'s, whose bytes are exactly this shape's.
+            array_ = np.ndarray(shape, _DTYPES[dtype], payload)
             return name, (array_.copy() if writable else array_)
         return name, self._from_block(dtype, shape, *payload)
 
