@@ -8,7 +8,7 @@ cancelled and it is started again. A host that dies takes the front ends with it
 says so). SIGTERM drains every process: the front ends stop accepting and finish what they have in flight while
 the host still serves, then the host drains and finalizes as one process would.
 
-Run as ``python -m naiad.processes INDEX FD`` by the host: the options come pickled on stdin.
+Run as ``python -m naiad.processes INDEX FD COUNTS_FD`` by the host: the options come pickled on stdin.
 """
 
 from __future__ import annotations
@@ -27,6 +27,8 @@ from pathlib import Path
 from typing import Any
 
 import naiad
+from naiad.frontends.connections import Gate
+from naiad.frontends.shared_counts import Counts, SharedGate, entries_for
 from naiad.server import Server, ServerOptions, _dashboard_url, run_process
 from naiad.service import wire
 from naiad.service.hosting import Link
@@ -47,8 +49,11 @@ class Host(Server):
         self._watcher: asyncio.Task | None = None
         self._views: tuple = ()
         self._announced = False
+        self.counts: Counts | None = None
 
     async def open_frontends(self) -> None:
+        # Each port's connections counted across the front ends, its caps as one process would set them.
+        self.counts = Counts.create(self.count, {name: entries_for(gate) for name, gate in self._gates().items()})
         await self.open_metrics()  # the host's own port, open before any front end answers ready
         service = self.service
         if service.failure is None:
@@ -69,8 +74,10 @@ class Host(Server):
         env = dict(os.environ)
         root = str(Path(naiad.__file__).parent.parent)
         env["PYTHONPATH"] = root + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
-        proc = subprocess.Popen([sys.executable, "-m", "naiad.processes", str(index), str(child.fileno())],
-                                pass_fds=[child.fileno()], stdin=subprocess.PIPE, env=env)
+        assert self.counts is not None
+        fds = [child.fileno(), self.counts.fd]
+        proc = subprocess.Popen([sys.executable, "-m", "naiad.processes", str(index), *map(str, fds)],
+                                pass_fds=fds, stdin=subprocess.PIPE, env=env)
         child.close()
         assert proc.stdin is not None
         # The options as the front end needs them: its logging is its own (a LogSettings holds open handlers).
@@ -151,6 +158,8 @@ class Host(Server):
                 if link is not None:
                     link.lost()
                 self.procs[index] = None
+                if self.counts is not None:
+                    self.counts.clear(index)  # the connections it held closed with it
                 try:
                     await self._spawn(index)
                 except SystemExit as exc:
@@ -201,7 +210,7 @@ class Frontend(Server):
     share_ports = True
 
     def __init__(self, options: ServerOptions, index: int, sock: socket.socket,
-                 logs: dict[str, Any]) -> None:  # no super().__init__
+                 logs: dict[str, Any], counts: Counts) -> None:  # no super().__init__
         options.grpc.reuse_port = True
         self.options = options
         self.index = index
@@ -212,6 +221,10 @@ class Frontend(Server):
         self._metrics = None
         self._stop = asyncio.Event()
         self.logs = logs
+        self.counts = counts
+
+    def _gates(self) -> dict[str, Gate]:
+        return {name: SharedGate(gate, self.counts, name, self.index) for name, gate in super()._gates().items()}
 
     async def start(self) -> None:
         self.remote.attach(asyncio.get_running_loop())
@@ -235,11 +248,11 @@ class Frontend(Server):
 
 
 def main(argv: list[str]) -> int:
-    index, fd = int(argv[0]), int(argv[1])
+    index, fd, counts = int(argv[0]), int(argv[1]), int(argv[2])
     options, logs = pickle.load(sys.stdin.buffer)
     logging.basicConfig(level=logging.WARNING, format=f"front end {index}: %(message)s")
     sock = socket.socket(fileno=fd)
-    return run_process(lambda: Frontend(options, index, sock, logs).run())
+    return run_process(lambda: Frontend(options, index, sock, logs, Counts(counts)).run())
 
 
 if __name__ == "__main__":

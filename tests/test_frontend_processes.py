@@ -8,6 +8,7 @@ import http.client
 import json
 import os
 import signal
+import socket
 import threading
 import time
 
@@ -254,3 +255,158 @@ def test_live_while_the_front_ends_start_ready_once_they_all_listen(tmp_path) ->
 
     asyncio.run(start())
     assert seen == [(True, False), (True, False), (True, True)]
+
+
+# --- connection caps: counted across the front ends, as one process counts them -------------------------------
+
+CAPS = ("--http-max-connections=5", "--http-max-connections-per-address=3", "--grpc-engine=lean",
+        "--grpc-max-connections=5", "--grpc-max-connections-per-address=3")
+PREFACE = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n"
+
+
+def _frame(kind: int, flags: int, stream: int, payload: bytes) -> bytes:
+    return len(payload).to_bytes(3, "big") + bytes((kind, flags)) + stream.to_bytes(4, "big") + payload
+
+
+def _open_http(server: RunningServer, port: int, source: str) -> tuple[object, int, bytes | None]:
+    """A connection from ``source`` that asked once: (it, the pid of the front end that took it, the refusal's
+    body or None: held)."""
+    conn = http.client.HTTPConnection("127.0.0.1", port, timeout=10, source_address=(source, 0))
+    conn.connect()
+    pid = _owner(server, conn.sock.getsockname()[1])  # (before a refusal's close)
+    conn.request("GET", "/v2/health/live")
+    response = conn.getresponse()
+    body = response.read()
+    return conn, pid, None if response.status == 200 else body
+
+
+def _open_grpc(server: RunningServer, port: int, source: str) -> tuple[object, int, bytes | None]:
+    """The same over HTTP/2: one ServerLive call, read up to its trailers (or the close)."""
+    from hpack import Encoder
+
+    sock = socket.socket()
+    sock.bind((source, 0))
+    sock.settimeout(10)
+    sock.connect(("127.0.0.1", port))
+    pid = _owner(server, sock.getsockname()[1])
+    block = Encoder().encode([(":method", "POST"), (":scheme", "http"), (":authority", "x"),
+                              (":path", "/inference.GRPCInferenceService/ServerLive"),
+                              ("content-type", "application/grpc"), ("te", "trailers")])
+    sock.sendall(PREFACE + _frame(4, 0, 0, b"") + _frame(1, 0x4, 1, block) + _frame(0, 0x1, 1, b"\0\0\0\0\0"))
+    data = b""
+    while True:
+        at, ended = 0, False
+        while len(data) >= at + 9:  # whole frames: a HEADERS one (1) on stream 1 with END_STREAM ends the call
+            size = int.from_bytes(data[at:at + 3], "big")
+            kind, flags, stream = data[at + 3], data[at + 4], int.from_bytes(data[at + 5:at + 9], "big")
+            at += 9 + size
+            ended = ended or (at <= len(data) and kind == 1 and flags & 0x1 and stream == 1)
+        if ended:
+            break
+        chunk = sock.recv(65536)
+        if not chunk:
+            break
+        data += chunk
+    return sock, pid, data if b"too many open connections" in data else None
+
+
+def _hold(server: RunningServer, opener, port: int, source: str, n: int) -> list[tuple[object, int]]:
+    """``n`` connections from ``source``, held, on both front ends (the kernel picks one for each: where all land
+    on one, the last is opened again). Each with the pid of the front end that holds it."""
+    held: list[tuple[object, int]] = []
+    for _ in range(100):
+        if len(held) == n:
+            if len({pid for _, pid in held}) == 2:
+                return held
+            held.pop()[0].close()
+        conn, pid, refused = opener(server, port, source)
+        if refused is None:
+            held.append((conn, pid))
+        else:  # (a place just closed here is freed once its front end reads the close)
+            conn.close()
+            time.sleep(0.1)
+    raise AssertionError(f"{n} connections from {source} were not held across both front ends")
+
+
+def _refusals(server: RunningServer, opener, port: int, source: str) -> set[bytes]:
+    """Connections from ``source`` until each front end has refused one; what the refusals said."""
+    said, by = set(), set()
+    for _ in range(60):
+        conn, pid, refused = opener(server, port, source)
+        conn.close()
+        assert refused is not None, f"a connection from {source} was served past the cap"
+        said.add(refused)
+        by.add(pid)
+        if len(by) == 2:
+            return said
+    raise AssertionError("every refusal came from one front end")
+
+
+def _reason(said: set[bytes], flag: bytes) -> bool:
+    return all(flag + b")" in message and b"too many open connections" in message for message in said)
+
+
+def test_connection_caps_hold_for_all_front_ends_together() -> None:
+    s = RunningServer([EXAMPLES], "--frontend-processes", "2", *CAPS)
+    try:
+        for opener, port, flag in ((_open_http, s.http_port, b"--http-max-connections"),
+                                   (_open_grpc, s.grpc_port, b"--grpc-max-connections")):
+            first = _hold(s, opener, port, "127.0.0.2", 3)  # the address's 3, on both front ends
+            assert _reason(_refusals(s, opener, port, "127.0.0.2"), flag + b"-per-address")
+            second = _hold(s, opener, port, "127.0.0.3", 2)  # the port's 5
+            assert _reason(_refusals(s, opener, port, "127.0.0.4"), flag)
+            second.pop()[0].close()  # a place frees up, whichever front end held it
+            for _ in range(50):
+                conn, _, refused = opener(s, port, "127.0.0.4")
+                if refused is None:
+                    break
+                conn.close()
+                time.sleep(0.1)
+            else:
+                raise AssertionError("no place freed up")
+            for held, _ in first + second + [(conn, 0)]:
+                held.close()  # type: ignore[attr-defined]
+    finally:
+        s.stop()
+
+
+def test_a_frontend_killed_leaves_no_counts_behind() -> None:
+    s = RunningServer([EXAMPLES], "--frontend-processes", "2", *CAPS)
+    try:
+        kinds = ((_open_http, s.http_port), (_open_grpc, s.grpc_port))
+        held = {port: (_hold(s, opener, port, "127.0.0.2", 3), _hold(s, opener, port, "127.0.0.3", 2))
+                for opener, port in kinds}  # each port at its cap, on both front ends
+        victim = held[s.http_port][0][0][1]
+        os.kill(victim, signal.SIGKILL)
+        deadline = time.monotonic() + 20
+        while True:  # (until the host has read its exit, the victim is a zombie)
+            try:
+                pids = {p.pid for p in _frontends(s)}
+            except psutil.ZombieProcess:
+                pids = set()
+            if len(pids) == 2 and victim not in pids:
+                break
+            assert time.monotonic() < deadline, "the killed front end was not started again"
+            time.sleep(0.1)
+        for opener, port in kinds:
+            first, second = held[port]
+            lost = [sum(pid == victim for _, pid in group) for group in (first, second)]
+            assert lost[0] >= 1
+            # What the killed one held is free again, and no more: the address's and the port's.
+            fresh = [opener(s, port, "127.0.0.2") for _ in range(lost[0])]
+            assert all(refused is None for _, _, refused in fresh), "a dead front end's count was kept"
+            conn, _, refused = opener(s, port, "127.0.0.2")
+            assert refused is not None and b"too many open connections" in refused
+            conn.close()  # type: ignore[attr-defined]
+            fresh += [opener(s, port, "127.0.0.4") for _ in range(lost[1])]
+            assert all(refused is None for _, _, refused in fresh)
+            conn, _, refused = opener(s, port, "127.0.0.4")
+            assert refused is not None and b"connections)" in refused  # the port's cap: 5 again
+            conn.close()  # type: ignore[attr-defined]
+            for conn, _ in first + second:
+                conn.close()  # type: ignore[attr-defined]
+            for conn, _, _ in fresh:
+                conn.close()  # type: ignore[attr-defined]
+        assert s.proc.poll() is None
+    finally:
+        s.stop()
