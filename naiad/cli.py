@@ -12,6 +12,7 @@ from typing import Any
 
 from naiad import __version__
 from naiad.core import trace_config
+from naiad.core.cores import available as available_cores
 from naiad.core.errors import InferError
 from naiad.core.flags import add_flag, parse_bool
 from naiad.core.settings import FORMATS, LogSettings
@@ -119,10 +120,11 @@ def build_parser() -> argparse.ArgumentParser:
                        help="largest request body accepted, in bytes, and the most a compressed body may expand "
                             "to; a larger Content-Length is answered 413 before the body is read")
     add_flag(serve, "--reuse-http-port", False, "let several servers listen on the HTTP port (SO_REUSEPORT)")
-    serve.add_argument("--frontend-processes", default="1", metavar="N|auto",
+    serve.add_argument("--frontend-processes", default="auto", metavar="N|auto",
                        help="processes that serve the HTTP, gRPC and SageMaker ports, each calling this one (the model "
-                            "host) through shared memory; 1: one process does everything. auto: 1 on hosts with 2 "
-                            "cores or fewer, else one per core but one (at most 16)")
+                            "host) through shared memory; 1: one process does everything. auto (the default): 1 "
+                            "with 2 cores or fewer (one process is faster there), else one per core but one (at "
+                            "most 16); cores: the CPUs this process may use, capped by a container's CPU quota")
     serve.add_argument("--idle-poll-us", type=int, default=200, metavar="MICROSECONDS",
                        help="naiad only: after an answer, with no request in flight, the front end keeps polling for "
                             "the next request for up to this long (adapting to the client's pace) rather than "
@@ -304,7 +306,7 @@ def serve(args: argparse.Namespace) -> int:
 def frontend_processes(value: str) -> int:
     """--frontend-processes: a count, or ``auto`` (one on a small host, where one process is faster)."""
     if value == "auto":
-        cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+        cores = available_cores()
         return 1 if cores <= 2 else min(cores - 1, 16)
     if not value.isdigit() or int(value) < 1:
         raise ValueError(f"--frontend-processes must be a positive number or auto, not '{value}'")

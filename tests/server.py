@@ -55,9 +55,10 @@ class RunningServer:
             # Many tests serve broken models beside good ones on purpose; Triton's default would exit.
             args.append("--exit-on-error=false")
         args += list(extra)
-        # NAIAD_TEST_FRONTEND_PROCESSES=2 runs every live-server test against front-end processes.
-        processes = os.environ.get("NAIAD_TEST_FRONTEND_PROCESSES")
-        if processes and not any(arg.startswith("--frontend-processes") for arg in extra):
+        # NAIAD_TEST_FRONTEND_PROCESSES=2 runs every live-server test against front-end processes; otherwise one
+        # process, whatever the default (auto) makes of the machine's cores.
+        processes = os.environ.get("NAIAD_TEST_FRONTEND_PROCESSES") or "1"
+        if not any(arg.startswith("--frontend-processes") for arg in extra):
             args += ["--frontend-processes", processes]
         self.log_path = Path(os.environ.get("TMPDIR", "/tmp")) / f"naiad-test-{self.http_port}.log"
         self._log = open(self.log_path, "wb")

@@ -1,0 +1,56 @@
+"""The cores ``--frontend-processes auto`` counts: the affinity mask, capped by a container's CPU quota."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+from naiad.cli import frontend_processes
+from naiad.core import cores
+
+
+def _v2(root: Path, text: str) -> Path:
+    root.mkdir(exist_ok=True)
+    (root / "cpu.max").write_text(text)
+    return root
+
+
+def _v1(root: Path, quota: int, period: int) -> Path:
+    (root / "cpu").mkdir(parents=True)
+    (root / "cpu" / "cpu.cfs_quota_us").write_text(f"{quota}\n")
+    (root / "cpu" / "cpu.cfs_period_us").write_text(f"{period}\n")
+    return root
+
+
+def test_quota_read_from_cgroup_v2_and_v1(tmp_path: Path) -> None:
+    assert cores.cpu_quota(_v2(tmp_path / "a", "250000 100000\n")) == 2.5
+    assert cores.cpu_quota(_v2(tmp_path / "b", "max 100000\n")) is None
+    assert cores.cpu_quota(_v1(tmp_path / "c", 150000, 100000)) == 1.5
+    assert cores.cpu_quota(_v1(tmp_path / "d", -1, 100000)) is None
+    assert cores.cpu_quota(tmp_path / "none") is None
+
+
+def test_a_quota_caps_the_cpus_the_mask_shows(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(os, "sched_getaffinity", lambda _: set(range(64)))
+    assert cores.available(tmp_path) == 64  # no quota
+    assert cores.available(_v2(tmp_path, "150000 100000")) == 2  # 1.5 cores' time: two cores to run on
+    monkeypatch.setattr(os, "sched_getaffinity", lambda _: {0})
+    assert cores.available(tmp_path) == 1  # a quota never raises the count
+
+
+@pytest.mark.parametrize(("available", "processes"), [(1, 1), (2, 1), (3, 2), (4, 3), (16, 15), (64, 16)])
+def test_auto_is_one_up_to_two_cores_then_one_per_core_but_one(available: int, processes: int,
+                                                                monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr("naiad.cli.available_cores", lambda: available)
+    assert frontend_processes("auto") == processes
+    assert frontend_processes("3") == 3
+    with pytest.raises(ValueError, match="positive number or auto"):
+        frontend_processes("0")
+
+
+def test_auto_is_the_default() -> None:
+    from naiad.cli import build_parser
+
+    assert build_parser().parse_args(["serve", "--model-repository", "/m"]).frontend_processes == "auto"
