@@ -52,8 +52,6 @@ def pytest_configure(config: pytest.Config) -> None:
 NOT_WITH_FRONTEND_PROCESSES = {
     "tests/frontends/http/test_protocol_live.py::test_one_connection_too_many_is_answered_503": "caps per process",
     "tests/reliability/test_descriptors.py": "caps per process; descriptors counted on the host's pid",
-    "tests/frontends/sagemaker/test_parallel_loads.py::test_parallel_loads_stay_under_the_memory_limit":
-        "an on-demand load racing an eviction",
     "tests/reliability/test_load_cycles.py": "counts the server's child processes",
     "tests/reliability/test_load_pool.py": "counts the server's child processes",
 }
