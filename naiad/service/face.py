@@ -368,7 +368,7 @@ class Service:
         await self._residency().ensure(target)
         return self.model(target)  # before anything else runs: the model is kept for this request until it is queued
 
-    def sagemaker_infer(self, request: InferRequest, view: ModelView) -> "asyncio.Future[InferResponse]":
+    def sagemaker_infer(self, request: InferRequest, view: ModelView) -> asyncio.Future[InferResponse]:
         """``infer`` for the target model a ``sagemaker_hit`` or ``sagemaker_ensure`` just gave ``view`` of, marked
         used. Called before the caller yields, as here, nothing can evict the model in between; a front-end
         process's host loads it again where an eviction came first (``service.hosting``)."""

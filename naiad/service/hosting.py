@@ -9,7 +9,7 @@ import asyncio
 import inspect
 import logging
 import socket
-from typing import Any, Awaitable, Callable
+from typing import Any, Callable
 
 from naiad.core.answer import Answer
 from naiad.core.errors import InferError, internal
@@ -259,12 +259,6 @@ class Link(ChannelEnd):
                 view = self.service.sagemaker_hit(target)
                 self.send((_REPLY, id_, True, (view is not None, self._wire_view(view) if want and view else None)))
                 return
-            if method == "sagemaker_ensure":  # its View where the front end wants one, else None
-                args = (*args, self.service.sagemaker_ensure(args[0]))
-                task = asyncio.ensure_future(_ensured_view(*args))
-                self._track(-id_, task)
-                task.add_done_callback(lambda t: self._called(id_, method, t))
-                return
             if method == "load_model" and args[3] is not None:
                 args = (*args[:3], CodeConsent(*args[3]))
             if method in ("shm_register", "shm_status", "shm_cuda_status", "shm_cuda_register"):
@@ -354,14 +348,9 @@ class Link(ChannelEnd):
             self.send((_REPLY, id_, False, error_value(exc)))
             return
         value = task.result()
-        if method == "sagemaker_ensure" and value is not None:
+        if method == "sagemaker_ensure":
             value = self._wire_view(value)  # the view taken as the load ended, numbered after the INVALIDATE
         self.send((_REPLY, id_, True, plain(method, value)))
-
-
-async def _ensured_view(target: str, want: bool, ensure: Awaitable[ModelView]) -> ModelView | None:
-    view = await ensure
-    return view if want else None
 
 
 def plain(method: str, value: Any) -> Any:

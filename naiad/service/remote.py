@@ -483,11 +483,8 @@ class RemoteService(ChannelEnd, Service):
         return view if fresh is None else self._resident_view(target, fresh, seen)
 
     async def sagemaker_ensure(self, target: str) -> ModelView:
-        view = self._views.get((target, ""))
         seen = self._invalidated
-        fresh = await self._call_async("sagemaker_ensure", target, view is None)
-        assert view is not None or fresh is not None
-        return view if fresh is None else self._resident_view(target, fresh, seen)  # type: ignore[return-value]
+        return self._resident_view(target, await self._call_async("sagemaker_ensure", target), seen)
 
     def _resident_view(self, target: str, fresh: tuple, seen: int) -> ModelView:
         """A view that came with a hit or a load; kept unless the views were invalidated since the call went (it
@@ -498,7 +495,7 @@ class RemoteService(ChannelEnd, Service):
             self._views[(target, "")] = view
         return view
 
-    def sagemaker_infer(self, request: InferRequest, view: ModelView) -> "asyncio.Future[InferResponse]":
+    def sagemaker_infer(self, request: InferRequest, view: ModelView) -> asyncio.Future[InferResponse]:
         """As ``infer``, sent as ``ENSURED``: the host marks the model used, or loads it again first where an
         eviction came since the hit or the load that gave ``view``."""
         if not self.accepting:

@@ -103,9 +103,9 @@ class View(NamedTuple):
 
 
 # Face methods the host answers by CALL (plain arguments and results). ``infer``, ``stream`` and ``model`` have
-# their own paths; everything else a front end may ask is here, and nothing more is callable. "sagemaker_hit" and
-# "sagemaker_ensure" take a second argument, whether the front end wants the target's view (a ``View``) with the
-# answer: ``(hit, View | None)`` and ``View | None``.
+# their own paths; everything else a front end may ask is here, and nothing more is callable. The target's view
+# comes with "sagemaker_ensure" (a ``View``) and, where its second argument asks for it, "sagemaker_hit" (``(hit,
+# View | None)``): the request that follows needs no other call, in which an eviction could come.
 CALLS = frozenset({
     "live", "accepting", "sagemaker", "control_mode", "in_flight", "server_id",
     "model", "is_ready", "server_metadata", "model_ready", "model_metadata", "model_config",
