@@ -50,8 +50,6 @@ def pytest_configure(config: pytest.Config) -> None:
 # With NAIAD_TEST_FRONTEND_PROCESSES > 1 (every live server with front-end processes): what is not the same yet
 # (README, "Front-end processes"), or what a test reads of the server's process tree, which front ends join.
 NOT_WITH_FRONTEND_PROCESSES = {
-    "tests/frontends/sagemaker/test_parallel_loads.py::test_parallel_loads_stay_under_the_memory_limit":
-        "an on-demand load racing an eviction",
     "tests/reliability/test_load_cycles.py": "counts the server's child processes",
     "tests/reliability/test_load_pool.py": "counts the server's child processes",
 }

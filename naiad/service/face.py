@@ -357,14 +357,24 @@ class Service:
         """An invocation of ``name``: mark it used now (False: no resident model has that name)."""
         return self._residency().touch(name)
 
-    def sagemaker_hit(self, target: str) -> bool:
-        """Whether ``target`` is loaded and ready (counted as a cache hit, and marked used)."""
-        return self._residency().hit(target)
+    def sagemaker_hit(self, target: str) -> ModelView | None:
+        """``target``'s view where it is loaded and ready (counted as a cache hit, and marked used); None: a miss.
+        Queue its request with ``sagemaker_infer``."""
+        return self.model(target) if self._residency().hit(target) else None
 
-    async def sagemaker_ensure(self, target: str) -> None:
+    async def sagemaker_ensure(self, target: str) -> ModelView:
         """Make ``target`` served, downloading and loading its archive on a miss (raises ``ArchiveError`` or
-        ``InferError``)."""
+        ``InferError``); its view. Queue its request with ``sagemaker_infer``."""
         await self._residency().ensure(target)
+        return self.model(target)  # before anything else runs: the model is kept for this request until it is queued
+
+    def sagemaker_infer(self, request: InferRequest, view: ModelView) -> asyncio.Future[InferResponse]:
+        """``infer`` for the target model a ``sagemaker_hit`` or ``sagemaker_ensure`` just gave ``view`` of, marked
+        used. Called before the caller yields, as here, nothing can evict the model in between; a front-end
+        process's host loads it again where an eviction came first (``service.hosting``)."""
+        future = self.infer(request, view)
+        self._residency().touch(request.model_name)
+        return future
 
     def sagemaker_stats(self) -> EndpointStats:
         """The endpoint's counters (CloudWatch's): plain numbers the SageMaker front end adds its invocations to."""

@@ -13,6 +13,7 @@ from typing import Any, Callable
 
 from naiad.core.answer import Answer
 from naiad.core.errors import InferError, internal
+from naiad.core.model_view import ModelView
 from naiad.core.request import InferRequest, InferResponse
 from naiad.repository.consent import CodeConsent
 from naiad.service import wire
@@ -23,7 +24,7 @@ log = logging.getLogger("naiad")
 
 _INFER, _STREAM, _CANCEL, _CALL, _READY = (wire.INFER, wire.STREAM, wire.CANCEL,
                                            wire.CALL, wire.READY)
-_RESULT, _REPLY, _USED, _STATS = wire.RESULT, wire.REPLY, wire.USED, wire.STATS
+_RESULT, _REPLY, _USED, _STATS, _ENSURED = wire.RESULT, wire.REPLY, wire.USED, wire.STATS, wire.ENSURED
 
 
 def error_value(exc: BaseException) -> tuple[str, str, str]:
@@ -122,6 +123,8 @@ class Link(ChannelEnd):
                 self._track(message[1], asyncio.ensure_future(self._stream(message[1], self._decode(message))))
             elif kind == _CALL:
                 self._call(*message[1:])
+            elif kind == _ENSURED:
+                self._ensured(message)
             elif kind == _STATS:
                 self._add_stats(message)
             elif kind == _USED:
@@ -194,6 +197,34 @@ class Link(ChannelEnd):
             self.requests.pop(id_, None)
             self._result(id_, InferResponse(name, version, request_id, error=exc))
 
+    def _ensured(self, message: tuple) -> None:
+        """A request for a SageMaker target model the front end's hit or load made resident: queued, as one
+        process queues it within the hit or the load; where an eviction came in between (another front end's
+        load), the model is loaded again first, and the request queued within that load."""
+        id_, request = message[1], self._decode(message)
+        if self.service.sagemaker_touch(request.model_name):
+            self._queue(id_, request)
+        else:
+            self._track(id_, asyncio.ensure_future(self._reload(id_, request)))
+
+    async def _reload(self, id_: int, request: InferRequest) -> None:
+        try:
+            await self.service.sagemaker_ensure(request.model_name)
+        except InferError as exc:
+            self._result(id_, InferResponse(request.model_name, request.model_version, request.id, error=exc))
+            return
+        self._queue(id_, request)  # before anything else runs: the model is kept for it until then
+        self._on_change()
+
+    def _queue(self, id_: int, request: InferRequest) -> None:
+        answer = Pending(self, id_)
+        self.requests[id_] = answer
+        try:
+            self.service.infer(request, None, answer)  # type: ignore[arg-type]
+        except InferError as exc:
+            self.requests.pop(id_, None)
+            self._result(id_, InferResponse(request.model_name, request.model_version, request.id, error=exc))
+
     def _result(self, id_: int, response: InferResponse) -> None:
         error = response.error
         pack = self.channel.pack
@@ -223,6 +254,11 @@ class Link(ChannelEnd):
             if method == "model":
                 self.send((_REPLY, id_, True, self._view(*args)))
                 return
+            if method == "sagemaker_hit":  # (hit, its View where the front end wants one)
+                target, want = args
+                view = self.service.sagemaker_hit(target)
+                self.send((_REPLY, id_, True, (view is not None, self._wire_view(view) if want and view else None)))
+                return
             if method == "load_model" and args[3] is not None:
                 args = (*args[:3], CodeConsent(*args[3]))
             if method in ("shm_register", "shm_status", "shm_cuda_status", "shm_cuda_register"):
@@ -250,8 +286,10 @@ class Link(ChannelEnd):
 
     def _view(self, name: str, version: str = "") -> tuple:
         """A "model" call's answer (``wire.View``): the view, and what the front end checks its requests with."""
-        view = self.service.model(name, version)
-        config = self.service.model_config_message(name, version).SerializeToString()
+        return self._wire_view(self.service.model(name, version))
+
+    def _wire_view(self, view: ModelView) -> tuple:
+        config = view.handle.config.SerializeToString()
         self._next_version += 1
         self.versions[self._next_version] = view.handle
         return tuple(view)[:-1], self._next_version, config
@@ -306,7 +344,13 @@ class Link(ChannelEnd):
         if method in wire.CHANGES:
             self._on_change()  # before the answer: a client told "loaded" finds it loaded through any front end
         exc = task.exception()
-        self.send((_REPLY, id_, exc is None, plain(method, task.result()) if exc is None else error_value(exc)))
+        if exc is not None:
+            self.send((_REPLY, id_, False, error_value(exc)))
+            return
+        value = task.result()
+        if method == "sagemaker_ensure":
+            value = self._wire_view(value)  # the view taken as the load ended, numbered after the INVALIDATE
+        self.send((_REPLY, id_, True, plain(method, value)))
 
 
 def plain(method: str, value: Any) -> Any:

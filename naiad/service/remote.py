@@ -164,6 +164,7 @@ class RemoteService(ChannelEnd, Service):
         self._unsent: set[int] = set()  # their ids, until sent (or withdrawn: the client went away)
         self._active = 0
         self._views: dict[tuple[str, str], ModelView] = {}
+        self._invalidated = 0  # INVALIDATEs so far
         self._idle: asyncio.Event | None = None
         self.accepting = True  # this front end's own: False once it drains
         self.failure = None
@@ -217,6 +218,7 @@ class RemoteService(ChannelEnd, Service):
                         future.set_result((ok, value))
             elif kind == _INVALIDATE:
                 self._views.clear()
+                self._invalidated += 1
             elif kind == _SHM:
                 self.shared_memory.forget(message[1])
             elif kind == _LOGS:
@@ -470,11 +472,42 @@ class RemoteService(ChannelEnd, Service):
     def sagemaker_touch(self, name: str) -> bool:
         return bool(self._call("sagemaker_touch", name))
 
-    def sagemaker_hit(self, target: str) -> bool:
-        return bool(self._call("sagemaker_hit", target))
+    def sagemaker_hit(self, target: str) -> ModelView | None:
+        # The view comes with the answer where none is kept here: no second call (in which an eviction could
+        # come) between the hit and the request.
+        view = self._views.get((target, ""))
+        seen = self._invalidated
+        hit, fresh = self._call("sagemaker_hit", target, view is None)
+        if not hit:
+            return None
+        return view if fresh is None else self._resident_view(target, fresh, seen)
 
-    async def sagemaker_ensure(self, target: str) -> None:
-        await self._call_async("sagemaker_ensure", target)
+    async def sagemaker_ensure(self, target: str) -> ModelView:
+        seen = self._invalidated
+        return self._resident_view(target, await self._call_async("sagemaker_ensure", target), seen)
+
+    def _resident_view(self, target: str, fresh: tuple, seen: int) -> ModelView:
+        """A view that came with a hit or a load; kept unless the views were invalidated since the call went (it
+        may be stale then: good for this request, which the host checks and loads again as needed)."""
+        fields, number, config = fresh
+        view = ModelView._make((*fields, Precheck(number, config)))
+        if self._invalidated == seen:
+            self._views[(target, "")] = view
+        return view
+
+    def sagemaker_infer(self, request: InferRequest, view: ModelView) -> asyncio.Future[InferResponse]:
+        """As ``infer``, sent as ``ENSURED``: the host marks the model used, or loads it again first where an
+        eviction came since the hit or the load that gave ``view``."""
+        if not self.accepting:
+            raise unavailable("Server is not ready to accept requests (shutting down)")
+        assert self.loop is not None
+        id_ = self._id()
+        future = self.loop.create_future()
+        on_cancel = partial(self._cancelled, id_)
+        self._unary[id_] = (future, on_cancel)
+        future.add_done_callback(on_cancel)
+        self._forward(id_, self._request(wire.ENSURED, id_, request, view))
+        return future
 
     def sagemaker_stats(self) -> EndpointStats:
         return self.stats

@@ -21,6 +21,10 @@ class Kind(IntEnum):
     READY = 104  # the front end listens on its ports
     USED = 105  # the answer to USES: which of those regions a request here holds
     STATS = 106  # SageMaker's invocation counters since the last STATS: add them to the host's
+    # A unary request (as INFER) for a SageMaker target model that a "sagemaker_hit" or "sagemaker_ensure" CALL
+    # made resident just before: the host marks it used and queues it, or, where an eviction took the model in
+    # between, loads it again first (as one process, which queues it within the hit or the load, would have).
+    ENSURED = 107
     # Host -> front end.
     RESULT = 110  # one response to INFER or STREAM
     REPLY = 111  # the answer to a CALL
@@ -34,6 +38,7 @@ class Kind(IntEnum):
 INFER, STREAM, CANCEL, CALL, READY = int(Kind.INFER), int(Kind.STREAM), int(Kind.CANCEL), int(Kind.CALL), int(Kind.READY)
 RESULT, REPLY, INVALIDATE, SHM = int(Kind.RESULT), int(Kind.REPLY), int(Kind.INVALIDATE), int(Kind.SHM)
 USED, USES, LOGS, STATS = int(Kind.USED), int(Kind.USES), int(Kind.LOGS), int(Kind.STATS)
+ENSURED = int(Kind.ENSURED)
 REFUSED = 2  # a RESULT's ``final`` when the face raised the error instead of answering it (stream refusals)
 
 
@@ -98,7 +103,9 @@ class View(NamedTuple):
 
 
 # Face methods the host answers by CALL (plain arguments and results). ``infer``, ``stream`` and ``model`` have
-# their own paths; everything else a front end may ask is here, and nothing more is callable.
+# their own paths; everything else a front end may ask is here, and nothing more is callable. The target's view
+# comes with "sagemaker_ensure" (a ``View``) and, where its second argument asks for it, "sagemaker_hit" (``(hit,
+# View | None)``): the request that follows needs no other call, in which an eviction could come.
 CALLS = frozenset({
     "live", "accepting", "sagemaker", "control_mode", "in_flight", "server_id",
     "model", "is_ready", "server_metadata", "model_ready", "model_metadata", "model_config",

@@ -14,6 +14,7 @@ from typing import Any
 import orjson
 
 from naiad.core.errors import Code, InferError
+from naiad.core.model_view import ModelView
 from naiad.core.request import InferResponse
 from naiad.frontends.http.codec import OutputOptions
 from naiad.frontends.http.options import HttpOptions
@@ -109,22 +110,26 @@ class SageMakerRouter:
     # --- inference, shared by /invocations, /models/<m>/invoke and the runtime front door ----------------------
 
     def infer(self, name: str, headers: dict[bytes, bytes], body: bytes | bytearray, failed: Any,
-              started: float | None = None) -> Reply | Deferred:
-        """Decode, queue and answer one request; ``failed`` turns an error into the route's reply."""
+              started: float | None = None, resident: ModelView | None = None) -> Reply | Deferred:
+        """Decode, queue and answer one request; ``failed`` turns an error into the route's reply. ``resident``:
+        the view ``sagemaker_hit`` or ``sagemaker_ensure`` just gave (the request goes by ``sagemaker_infer``)."""
         if started is None:
             started = time.perf_counter()
         self.stats.invocations += 1
         try:
-            model = self.service.model(name)
+            model = self.service.model(name) if resident is None else resident
             if model.decoupled:
                 raise InferError("HTTP end point doesn't support models with decoupled transaction policy",
                                  Code.UNSUPPORTED)
             request, options = codec.decode(body, headers, name)
             submitted = time.perf_counter()
-            future = self.service.infer(request, model)
+            if resident is not None:
+                future = self.service.sagemaker_infer(request, model)  # marks it used
+            else:
+                future = self.service.infer(request, model)
+                self.service.sagemaker_touch(name)
         except InferError as exc:
             return self._counted(failed(exc))
-        self.service.sagemaker_touch(name)
         return Deferred(future, lambda f: self._reply(f.result(), options, model.labels, failed, started, submitted,
                                                       model.batching))
 

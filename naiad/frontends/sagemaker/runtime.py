@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING, Any, AsyncIterator
 import orjson
 
 from naiad.core.errors import Code, InferError
+from naiad.core.model_view import ModelView
 from naiad.frontends.replies import Deferred, Reply, Streamed, error_reply
 from naiad.frontends.sagemaker.replies import sagemaker_error, target_model
 from naiad.sagemaker.contract import ArchiveError
@@ -88,18 +89,19 @@ class RuntimeDoor:
         started = time.perf_counter()
         if not self.options.multi_model:
             return self._run(self.options.default_model, headers, body, stream, endpoint, started, error_reply)
-        if self.service.sagemaker_hit(target):  # the hot path: no task, no wait
-            return self._run(target, headers, body, stream, endpoint, started, sagemaker_error)
+        resident = self.service.sagemaker_hit(target)
+        if resident is not None:  # the hot path: no task, no wait
+            return self._run(target, headers, body, stream, endpoint, started, sagemaker_error, resident)
         return Deferred(asyncio.ensure_future(self._load_then_run(target, headers, body, stream, endpoint, started)),
                         lambda f: f.result())
 
     async def _load_then_run(self, target: str, headers: dict[bytes, bytes], body: bytes | bytearray, stream: bool,
                              endpoint: str, started: float) -> Reply | Streamed:
         try:
-            await self.service.sagemaker_ensure(target)
+            resident = await self.service.sagemaker_ensure(target)
         except InferError as exc:
             return self._load_failed(target, exc, endpoint)
-        result = self._run(target, headers, body, stream, endpoint, started, sagemaker_error)
+        result = self._run(target, headers, body, stream, endpoint, started, sagemaker_error, resident)
         if not isinstance(result, Deferred):
             return result
         try:
@@ -125,10 +127,11 @@ class RuntimeDoor:
         return self._model_error(sagemaker_error(error), endpoint)
 
     def _run(self, name: str, headers: dict[bytes, bytes], body: bytes | bytearray, stream: bool, endpoint: str,
-             started: float, failed) -> Reply | Deferred | Streamed:
+             started: float, failed, resident: ModelView | None = None) -> Reply | Deferred | Streamed:
+        """``resident``: a multi-model target's view, as ``sagemaker_hit`` / ``sagemaker_ensure`` gave it."""
         if stream:
-            return self._stream(name, headers, body, endpoint)
-        result = self.router.infer(name, headers, body, failed, started)
+            return self._stream(name, headers, body, endpoint, resident)
+        result = self.router.infer(name, headers, body, failed, started, resident)
         if isinstance(result, Deferred):
             return Deferred(result.future, lambda f: self._answer(result.finish(f), endpoint))
         return self._answer(result, endpoint)
@@ -154,13 +157,13 @@ class RuntimeDoor:
 
     # --- response streams --------------------------------------------------------------------------------------
 
-    def _stream(self, name: str, headers: dict[bytes, bytes], body: bytes | bytearray, endpoint: str
-                ) -> Reply | Deferred | Streamed:
+    def _stream(self, name: str, headers: dict[bytes, bytes], body: bytes | bytearray, endpoint: str,
+                resident: ModelView | None = None) -> Reply | Deferred | Streamed:
         from naiad.frontends.sagemaker import eventstream  # only response streams frame events
 
         service = self.router.service
         try:
-            model = service.model(name)
+            model = service.model(name) if resident is None else resident
         except InferError as exc:
             return self._model_error(sagemaker_error(exc), endpoint)
         if model.decoupled or self.options.inference_type == "generate_stream":
@@ -177,7 +180,7 @@ class RuntimeDoor:
                                 [*_VARIANT, (b"X-Amzn-SageMaker-Content-Type", inner.content_type)])
 
             return Deferred(started.future, begin)
-        result = self.router.infer(name, headers, body, sagemaker_error)
+        result = self.router.infer(name, headers, body, sagemaker_error, None, resident)
         if not isinstance(result, Deferred):
             return self._model_error(result, endpoint)
 

@@ -200,6 +200,19 @@ HEAVY_PY = """
 """
 
 
+def model_workers(server: psutil.Process) -> list[int]:
+    """The server's child processes but its front-end processes (``--frontend-processes N``), which the limit
+    does not cover: what the models hold, as with one process."""
+    pids = []
+    for child in server.children(recursive=True):
+        try:
+            if "naiad.processes" not in child.cmdline():
+                pids.append(child.pid)
+        except psutil.Error:  # gone meanwhile
+            pass
+    return pids
+
+
 def test_parallel_loads_stay_under_the_memory_limit(tmp_path: Path) -> None:
     from naiad.repository.memory import processes_memory
 
@@ -223,8 +236,7 @@ def test_parallel_loads_stay_under_the_memory_limit(tmp_path: Path) -> None:
         def sample() -> None:
             nonlocal peak
             while not done.is_set():
-                pids = [p.pid for p in parent.children(recursive=True)]
-                peak = max(peak, processes_memory(pids))
+                peak = max(peak, processes_memory(model_workers(parent)))
                 time.sleep(0.02)
 
         sampler = threading.Thread(target=sample)
@@ -240,5 +252,32 @@ def test_parallel_loads_stay_under_the_memory_limit(tmp_path: Path) -> None:
             sampler.join()
         assert peak <= 300 * 1024 * 1024 * 1.1, f"workers held {peak / 2**20:.0f} MiB at the peak"
         assert len([m for m in json.loads(server.sagemaker("GET", "/models")[2])["models"] if m]) <= 2
+    finally:
+        server.stop()
+
+
+@pytest.mark.parametrize("processes", [1, 2])
+def test_invocations_of_two_models_that_evict_each_other_are_all_answered(tmp_path: Path, processes: int) -> None:
+    """A limit that holds one of two models, and both invoked at once, round after round: each load evicts the
+    other model just as its requests are let through. One process queues those within the hit or the load that let
+    them through; front-end processes send them after it, and the host loads the model again for any that an
+    eviction overtook. Every invocation is answered, none with "has no available versions"."""
+    data = tmp_path / "data"
+    data.mkdir()
+    for name in ("ha", "hb"):
+        source = tmp_path / "sources" / name
+        write_model(source.parent, name, IDENTITY_FP32.format(name=name), HEAVY_PY)
+        with tarfile.open(data / f"{name}.tar.gz", "w:gz") as tar:
+            tar.add(source, arcname=".")
+    server = mme(tmp_path, str(data), "--model-memory-limit=200M", "--model-load-thread-count=2",
+                 f"--frontend-processes={processes}")
+    try:
+        for name in ("ha", "hb"):  # one at a time first: the server learns what each model takes
+            assert invoke(server, f"{name}.tar.gz")["status"] == 200
+        for _ in range(4):
+            results = in_parallel(server, ["ha.tar.gz", "hb.tar.gz"] * 4)  # a new connection each: any front end
+            assert [r["status"] for r in results] == [200] * 8, [r for r in results if r["status"] != 200]
+            assert {r["body"]["model_name"] for r in results} == {"ha.tar.gz", "hb.tar.gz"}
+        assert server.log().count("evicting '") >= 4  # the models did take turns
     finally:
         server.stop()
