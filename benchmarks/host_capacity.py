@@ -16,7 +16,7 @@ its capacity) and the host's CPU µs per request (all its threads, user and syst
 is another process and not counted, as in multicore.py).
 
     python benchmarks/host_capacity.py [--models identity,add_sub] [--drivers 2] [--window 64] [--seconds 5]
-                                       [--rounds 1] [--root TREE ...]
+                                       [--rounds 1] [--root TREE ...] [--warm-host]
 
 With several ``--root`` trees each round measures every tree in turn (A/B on the same noisy box).
 """
@@ -152,12 +152,24 @@ async def host(tree: Path, model: str, drivers: int, window: int, seconds: float
         server.repository.unload_all()
 
 
-def measure(tree: Path, model: str, drivers: int, window: int, seconds: float, repo: Path) -> dict[str, float]:
-    """One measurement in a fresh process running ``tree``'s code."""
-    out = subprocess.run(
-        [sys.executable, str(Path(__file__).resolve()), "--host", "--models", model, "--drivers", str(drivers),
-         "--window", str(window), "--seconds", str(seconds), "--repo", str(repo), "--root", str(tree)],
-        check=False, capture_output=True, text=True, env={**os.environ, "PYTHONPATH": str(tree)}, cwd=tree)
+def measure(tree: Path, model: str, drivers: int, window: int, seconds: float, repo: Path,
+            warm: bool = False) -> dict[str, float]:
+    """One measurement in a fresh process running ``tree``'s code; ``warm``: with multicore.py's idle-priority
+    spinner on the host's core, which keeps that core from halting while the host waits."""
+    spinner = None
+    if warm:
+        spinner = subprocess.Popen([sys.executable, "-c", "while True: pass"])
+        os.sched_setaffinity(spinner.pid, {max(os.sched_getaffinity(0))})
+        os.sched_setscheduler(spinner.pid, os.SCHED_IDLE, os.sched_param(0))
+    try:
+        out = subprocess.run(
+            [sys.executable, str(Path(__file__).resolve()), "--host", "--models", model, "--drivers", str(drivers),
+             "--window", str(window), "--seconds", str(seconds), "--repo", str(repo), "--root", str(tree)],
+            check=False, capture_output=True, text=True, env={**os.environ, "PYTHONPATH": str(tree)}, cwd=tree)
+    finally:
+        if spinner is not None:
+            spinner.kill()
+            spinner.wait()
     if out.returncode:
         raise SystemExit(f"the host failed:\n{out.stderr[-3000:]}")
     rps, busy, host_us = map(float, out.stdout.split()[-3:])
@@ -180,6 +192,9 @@ def main() -> int:
     parser.add_argument("--seconds", type=float, default=5.0)
     parser.add_argument("--rounds", type=int, default=1)
     parser.add_argument("--root", action="append", type=Path, help="a naiad tree to measure (repeatable)")
+    parser.add_argument("--warm-host", action="store_true",
+                        help="an idle-priority spinner on the host's core (a host that is not saturated, as add_sub's "
+                             "on 2 cores, then pays no halted core's wake-ups)")
     parser.add_argument("--repo", type=Path, help=argparse.SUPPRESS)
     parser.add_argument("--host", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--drive", type=int, help=argparse.SUPPRESS)
@@ -204,7 +219,7 @@ def main() -> int:
         for _ in range(args.rounds):
             for model in args.models.split(","):
                 for index, tree in enumerate(trees):
-                    row = measure(tree, model, args.drivers, args.window, args.seconds, repo)
+                    row = measure(tree, model, args.drivers, args.window, args.seconds, repo, args.warm_host)
                     print(f"{'AB'[index] if index < 2 else index:4} " * label
                           + f"{model:9} {row['rps']:>8,.0f} {row['busy']:>9.2f} {row['host_us']:>8.1f}", flush=True)
     return 0
