@@ -144,6 +144,9 @@ def test_one_address_cannot_take_every_grpc_slot() -> None:
         for _ in range(5):  # five connections from 127.0.0.2 that did send the preface: admitted and held
             sock = _connect(server.grpc_port, "127.0.0.2")
             sock.sendall(PREFACE + _frame(SETTINGS, 0, 0, b""))
+            # Its SETTINGS back: taken and counted. (Front-end processes accept from queues of their own, so a
+            # later connection could otherwise be counted first and take this one's slot.)
+            assert sock.recv(65536)
             sockets.append(sock)
         extra = _connect(server.grpc_port, "127.0.0.2")
         sockets.append(extra)
