@@ -19,6 +19,7 @@ import tritonclient.grpc as grpcclient
 import tritonclient.http as httpclient
 import tritonclient.utils.shared_memory as shm
 
+from tests.http2_frames import PREFACE, frame
 from tests.server import EXAMPLES, RunningServer
 
 ADD_SUB = "/v2/models/add_sub/infer"
@@ -261,11 +262,6 @@ def test_live_while_the_front_ends_start_ready_once_they_all_listen(tmp_path) ->
 
 CAPS = ("--http-max-connections=5", "--http-max-connections-per-address=3", "--grpc-engine=lean",
         "--grpc-max-connections=5", "--grpc-max-connections-per-address=3")
-PREFACE = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n"
-
-
-def _frame(kind: int, flags: int, stream: int, payload: bytes) -> bytes:
-    return len(payload).to_bytes(3, "big") + bytes((kind, flags)) + stream.to_bytes(4, "big") + payload
 
 
 def _open_http(server: RunningServer, port: int, source: str) -> tuple[object, int, bytes | None]:
@@ -292,7 +288,7 @@ def _open_grpc(server: RunningServer, port: int, source: str) -> tuple[object, i
     block = Encoder().encode([(":method", "POST"), (":scheme", "http"), (":authority", "x"),
                               (":path", "/inference.GRPCInferenceService/ServerLive"),
                               ("content-type", "application/grpc"), ("te", "trailers")])
-    sock.sendall(PREFACE + _frame(4, 0, 0, b"") + _frame(1, 0x4, 1, block) + _frame(0, 0x1, 1, b"\0\0\0\0\0"))
+    sock.sendall(PREFACE + frame(4, 0, 0, b"") + frame(1, 0x4, 1, block) + frame(0, 0x1, 1, b"\0\0\0\0\0"))
     data = b""
     while True:
         at, ended = 0, False

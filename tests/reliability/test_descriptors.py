@@ -19,15 +19,11 @@ import grpc
 import psutil
 from hpack import Encoder
 
+from tests.http2_frames import PREFACE, frame
 from tests.server import EXAMPLES, RunningServer
 
-PREFACE = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n"
 HEADERS, SETTINGS = 1, 4
 END_STREAM, END_HEADERS = 0x1, 0x4
-
-
-def _frame(kind: int, flags: int, stream: int, payload: bytes) -> bytes:
-    return len(payload).to_bytes(3, "big") + bytes((kind, flags)) + stream.to_bytes(4, "big") + payload
 
 
 def _connect(port: int, source: str = "127.0.0.1") -> socket.socket:
@@ -143,7 +139,7 @@ def test_one_address_cannot_take_every_grpc_slot() -> None:
     try:
         for _ in range(5):  # five connections from 127.0.0.2 that did send the preface: admitted and held
             sock = _connect(server.grpc_port, "127.0.0.2")
-            sock.sendall(PREFACE + _frame(SETTINGS, 0, 0, b""))
+            sock.sendall(PREFACE + frame(SETTINGS, 0, 0, b""))
             # Its SETTINGS back: taken and counted. (Front-end processes accept from queues of their own, so a
             # later connection could otherwise be counted first and take this one's slot.)
             assert sock.recv(65536)
@@ -153,8 +149,8 @@ def test_one_address_cannot_take_every_grpc_slot() -> None:
         block = Encoder().encode([(":method", "POST"), (":scheme", "http"), (":authority", "x"),
                                   (":path", "/inference.GRPCInferenceService/ServerLive"),
                                   ("content-type", "application/grpc"), ("te", "trailers")])
-        extra.sendall(PREFACE + _frame(SETTINGS, 0, 0, b"") + _frame(HEADERS, END_HEADERS, 1, block)
-                      + _frame(0, END_STREAM, 1, b"\0\0\0\0\0"))
+        extra.sendall(PREFACE + frame(SETTINGS, 0, 0, b"") + frame(HEADERS, END_HEADERS, 1, block)
+                      + frame(0, END_STREAM, 1, b"\0\0\0\0\0"))
         answer = b""
         while True:  # the refusal is an answer, then the connection closes
             chunk = extra.recv(65536)
@@ -176,13 +172,13 @@ def test_a_grpc_connection_without_calls_gets_goaway_after_the_idle_timeout() ->
     server = RunningServer([EXAMPLES], "--grpc-idle-timeout=1", "--grpc-engine=lean")
     try:
         sock = _connect(server.grpc_port)
-        sock.sendall(PREFACE + _frame(SETTINGS, 0, 0, b""))
+        sock.sendall(PREFACE + frame(SETTINGS, 0, 0, b""))
         start = time.monotonic()
         received = b""
         while chunk := sock.recv(65536):  # SETTINGS, its ack, then GOAWAY and the close
             received += chunk
         waited = time.monotonic() - start
-        assert 0.9 < waited < 3 and _frame(7, 0, 0, b"")[3:5] in received  # a GOAWAY frame (type 7) came
+        assert 0.9 < waited < 3 and frame(7, 0, 0, b"")[3:5] in received  # a GOAWAY frame (type 7) came
         sock.close()
         with grpc.insecure_channel(server.grpc_url) as channel:  # clients reconnect on their next call
             live = channel.unary_unary("/inference.GRPCInferenceService/ServerLive")
