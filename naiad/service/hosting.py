@@ -114,7 +114,7 @@ class Link(ChannelEnd):
         for message in messages:
             kind = message[0]
             if kind == _INFER:
-                self._infer(message)
+                self._queue(message[1], self._decode(message))
             elif kind == _CANCEL:
                 future = self.requests.pop(message[1], None)
                 if future is not None:
@@ -150,28 +150,9 @@ class Link(ChannelEnd):
         stats.overhead_latency.sum_us += ol_sum
 
     def _decode(self, message: tuple) -> InferRequest:
+        """A request (``wire.Request``) as the face takes it, straight from the message (the hot path: no
+        intermediate objects)."""
         (_, _, name, version, request_id, inputs, requested, parameters, correlation_id, flags, priority,
-         timeout_us, raw_input, checked, batch_size) = message
-        unpack = self.channel.unpack
-        request = InferRequest(name, version, request_id, dict(unpack(False, *t) for t in inputs), requested,
-                               parameters)
-        request.correlation_id = correlation_id
-        request.flags = flags
-        request.priority = priority
-        request.timeout_us = timeout_us
-        request.raw_input = raw_input
-        if checked:
-            request.checked = self.versions.get(checked)
-            request.batch_size = batch_size
-        return request
-
-    def _track(self, id_: int, future: asyncio.Future) -> None:
-        self.requests[id_] = future
-        future.add_done_callback(lambda f: self.requests.pop(id_, None) if self.requests.get(id_) is f else None)
-
-    def _infer(self, message: tuple) -> None:
-        # Decoded straight into the request (the hot path: no intermediate objects).
-        (_, id_, name, version, request_id, inputs, requested, parameters, correlation_id, flags, priority,
          timeout_us, raw_input, checked, batch_size) = message
         unpack = self.channel.unpack
         arrays = {}
@@ -189,13 +170,11 @@ class Link(ChannelEnd):
             # (the policy's choice moved on, or the number is from before an INVALIDATE: None) checks it.
             request.checked = self.versions.get(checked)
             request.batch_size = batch_size
-        answer = Pending(self, id_)
-        self.requests[id_] = answer
-        try:
-            self.service.infer(request, None, answer)  # type: ignore[arg-type]
-        except InferError as exc:
-            self.requests.pop(id_, None)
-            self._result(id_, InferResponse(name, version, request_id, error=exc))
+        return request
+
+    def _track(self, id_: int, future: asyncio.Future) -> None:
+        self.requests[id_] = future
+        future.add_done_callback(lambda f: self.requests.pop(id_, None) if self.requests.get(id_) is f else None)
 
     def _ensured(self, message: tuple) -> None:
         """A request for a SageMaker target model the front end's hit or load made resident: queued, as one
@@ -217,6 +196,7 @@ class Link(ChannelEnd):
         self._on_change()
 
     def _queue(self, id_: int, request: InferRequest) -> None:
+        """A unary request to the face: answered by one RESULT, now (refused) or when it completes."""
         answer = Pending(self, id_)
         self.requests[id_] = answer
         try:
