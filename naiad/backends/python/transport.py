@@ -143,16 +143,8 @@ class Channel:
                 self.release()
                 return
             data = self._dumps(message)
-            arena = self.arena
-            # The common case in one call: a small message, nothing to announce or queued before it.
-            if (len(data) <= MAX_MESSAGE and not self._backlog and not arena.new_fds and not arena.dropped
-                    and not arena.retired and not arena.one_off and not self.closed):
-                try:
-                    self.sock.send(data)
-                    return
-                except (BlockingIOError, OSError):
-                    pass  # the general path below waits, queues or reports the end
-            self._send(data)
+            if not self._sent_now(data):
+                self._send(data)
 
     def send_many(self, messages: list[Message]) -> None:
         """Send ``messages`` in order, in one datagram when they fit (else one each)."""
@@ -162,20 +154,26 @@ class Channel:
                 self._held = []
             dumps = self._dumps
             data = dumps(messages[0] if len(messages) == 1 else (_BATCH, messages))
-            arena = self.arena
-            # As in ``send``: a datagram that fits, with nothing to announce or queued before it, in one call.
-            if (len(data) <= MAX_MESSAGE and not self._backlog and not arena.new_fds and not arena.dropped
-                    and not arena.retired and not arena.one_off and not self.closed):
-                try:
-                    self.sock.send(data)
-                    return
-                except (BlockingIOError, OSError):
-                    pass  # the general path below waits, queues or reports the end
+            if self._sent_now(data):
+                return
             if len(messages) == 1 or len(data) <= MAX_MESSAGE:
                 self._send(data)
                 return
             for message in messages:
                 self._send(dumps(message))
+
+    def _sent_now(self, data: bytes) -> bool:
+        """The common case in one call: a datagram that fits, with nothing to announce or queued before it, sent
+        now. False: the general path (``_send``) waits, queues, parks or reports the end."""
+        arena = self.arena
+        if (len(data) > MAX_MESSAGE or self._backlog or arena.new_fds or arena.dropped or arena.retired
+                or arena.one_off or self.closed):
+            return False
+        try:
+            self.sock.send(data)
+        except (BlockingIOError, OSError):
+            return False
+        return True
 
     def hold(self, message: Message) -> None:
         """Keep ``message`` back until ``release`` or the next send (the caller has more to send soon)."""
