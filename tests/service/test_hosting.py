@@ -5,7 +5,9 @@ one at once, and a shutdown past its exit timeout answers what is left."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import socket
+from collections.abc import AsyncIterator
 from pathlib import Path
 
 import numpy as np
@@ -14,6 +16,7 @@ from naiad.backends.python.shm import Arena
 from naiad.backends.python.transport import Channel
 from naiad.server import Server, ServerOptions
 from naiad.service import wire
+from naiad.service.face import Service
 from naiad.service.hosting import Link
 from tests.models import write_model
 
@@ -42,6 +45,25 @@ def _infer(front: Channel, id_: int, seconds: float, name: str = "INPUT0") -> No
     front.send((wire.INFER, id_, "slow", "", f"r{id_}", [record], None, {}, 0, 0, 0, 0, None, 0, 0))
 
 
+@contextlib.asynccontextmanager
+async def _hosted(repo: Path) -> AsyncIterator[tuple[Service, Link, Channel]]:
+    """The models of ``repo`` behind a host's link, and the front end's end of its channel."""
+    server = Server(ServerOptions(model_repositories=[repo]))
+    await server._load_models()
+    service = server.service
+    service.live = service.accepting = True
+    host_end, front_end = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+    link = Link(service, host_end, lambda _: None, lambda: None, lambda _: None, lambda: [link])
+    link.attach(asyncio.get_running_loop())
+    front = Channel(front_end, Arena())
+    try:
+        yield service, link, front
+    finally:
+        link.close()
+        front.close()
+        server.repository.unload_all()
+
+
 async def _results(front: Channel, count: int, within: float = 10.0) -> dict[int, tuple]:
     got: dict[int, tuple] = {}
     deadline = asyncio.get_running_loop().time() + within
@@ -55,15 +77,7 @@ def test_answered_once_cancelled_never_refused_at_once_and_cut_at_shutdown(tmp_p
     write_model(tmp_path, "slow", SLOW, SLOW_PY)
 
     async def run() -> None:
-        server = Server(ServerOptions(model_repositories=[tmp_path]))
-        await server._load_models()
-        service = server.service
-        service.live = service.accepting = True
-        host_end, front_end = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
-        link = Link(service, host_end, lambda _: None, lambda: None, lambda _: None, lambda: [link])
-        link.attach(asyncio.get_running_loop())
-        front = Channel(front_end, Arena())
-        try:
+        async with _hosted(tmp_path) as (service, link, front):
             # 1 runs; 2 waits behind it and its client goes away; 3 waits and is answered after 1.
             _infer(front, 1, 0.3)
             _infer(front, 2, 0.0)
@@ -94,10 +108,6 @@ def test_answered_once_cancelled_never_refused_at_once_and_cut_at_shutdown(tmp_p
             assert sorted(got) == [5, 6]
             assert all(m[7] == ("InferError", "UNAVAILABLE", "shutting down") for m in got.values())
             assert not link.requests and service.in_flight == 0
-        finally:
-            link.close()
-            front.close()
-            server.repository.unload_all()
 
     asyncio.run(run())
 
@@ -131,22 +141,14 @@ def test_the_host_skips_its_check_only_for_the_version_the_front_end_checked_aga
         onnx_graphs.write(tmp_path, "reshaped", onnx_graphs.identity("TYPE_FP32", ["batch", 2, 2]), RESHAPED, version)
 
     async def run() -> None:
-        server = Server(ServerOptions(model_repositories=[tmp_path]))
-        await server._load_models()
-        service = server.service
-        service.live = service.accepting = True
-        host_end, front_end = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
-        link = Link(service, host_end, lambda _: None, lambda: None, lambda _: None, lambda: [link])
-        link.attach(asyncio.get_running_loop())
-        front = Channel(front_end, Arena())
-        # What a front end's check leaves: INPUT0 in its reshaped shape, the batch size set. The host's own check
-        # refuses that shape, so an answer shows it trusted the front end's check, a refusal that it checked.
-        record = front.pack("INPUT0", np.arange(12, dtype=np.float32).reshape(3, 2, 2))
+        async with _hosted(tmp_path) as (service, link, front):
+            # What a front end's check leaves: INPUT0 in its reshaped shape, the batch size set. The host's own check
+            # refuses that shape, so an answer shows it trusted the front end's check, a refusal that it checked.
+            record = front.pack("INPUT0", np.arange(12, dtype=np.float32).reshape(3, 2, 2))
 
-        def infer(id_: int, version: str, checked: int, kind: int = wire.INFER) -> None:
-            front.send(tuple(wire.Request(kind, id_, "reshaped", version, f"r{id_}", [record], None, {}, 0, 0, 0, 0,
-                                          None, checked, 3 if checked else 0)))
-        try:
+            def infer(id_: int, version: str, checked: int, kind: int = wire.INFER) -> None:
+                front.send(tuple(wire.Request(kind, id_, "reshaped", version, f"r{id_}", [record], None, {}, 0, 0, 0, 0,
+                                              None, checked, 3 if checked else 0)))
             views = {}
             for id_, version in ((1, ""), (2, "1")):
                 front.send((wire.CALL, id_, "model", ("reshaped", version)))
@@ -184,10 +186,6 @@ def test_the_host_skips_its_check_only_for_the_version_the_front_end_checked_aga
             assert stats["1"]["inference_stats"]["success"]["count"] == 2 and stats["1"]["inference_count"] == 6
             assert stats["2"]["inference_stats"]["fail"]["count"] == 3
             assert stats["1"]["inference_stats"]["fail"]["count"] == 1
-        finally:
-            link.close()
-            front.close()
-            server.repository.unload_all()
 
     asyncio.run(run())
 
