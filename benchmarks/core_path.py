@@ -60,6 +60,7 @@ def arguments() -> argparse.Namespace:
 ARGS = arguments() if __name__ == "__main__" else None
 ROOT = (ARGS.root if ARGS is not None else Path(__file__).resolve().parent.parent).resolve()
 sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "benchmarks"))  # (the tree's own: a copy of this script may run elsewhere)
 
 import psutil
 
@@ -71,15 +72,7 @@ from naiad.service.hosting import Link
 from tests.onnx_graphs import identity
 from tests.server import EXAMPLES
 
-IDENTITY_CONFIG = """name: "identity"
-backend: "onnxruntime"
-max_batch_size: 8
-input [{ name: "INPUT0", data_type: TYPE_FP32, dims: [ 16 ] }]
-output [{ name: "OUTPUT0", data_type: TYPE_FP32, dims: [ 16 ] }]
-instance_group [{ kind: KIND_CPU, count: 1 }]
-parameters { key: "intra_op_thread_count" value: { string_value: "1" } }
-parameters { key: "inter_op_thread_count" value: { string_value: "1" } }
-"""  # (multicore.py's: the same model)
+from multicore import IDENTITY_CONFIG  # a sibling script: the same model
 
 
 def repository(into: Path, model: str) -> None:
