@@ -95,14 +95,8 @@ class Service:
         host's links: one resolved synchronously); by default a new asyncio future."""
         if not self.accepting:
             raise unavailable("Server is not ready to accept requests (shutting down)")
-        if view is not None:
-            model: ModelVersion = view.handle
-        else:
-            # The newest version, where the request names none, without the repository's general lookup (which
-            # also words the errors).
-            entry = self.repository.models.get(request.model_name)
-            newest = entry.newest if entry is not None and not request.model_version else None
-            model = newest if newest is not None else self.repository.get(request.model_name, request.model_version)
+        model: ModelVersion = (self.repository.get(request.model_name, request.model_version) if view is None
+                               else view.handle)
         if model.decoupled:
             raise InferError(f"model '{model.name}' uses the decoupled transaction policy: its responses can only be "
                              "streamed (gRPC ModelStreamInfer, HTTP generate_stream, BLS exec(decoupled=True))",
