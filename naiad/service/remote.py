@@ -298,6 +298,11 @@ class RemoteService(ChannelEnd, Service):
             raise InferError(f"model '{view.name}' uses the decoupled transaction policy: its responses can only be "
                              "streamed (gRPC ModelStreamInfer, HTTP generate_stream, BLS exec(decoupled=True))",
                              Code.UNSUPPORTED)
+        return self._send_unary(wire.INFER, request, view, future)
+
+    def _send_unary(self, kind: int, request: InferRequest, view: ModelView,
+                    future: asyncio.Future[InferResponse] | None = None) -> "asyncio.Future[InferResponse]":
+        """A request answered by one RESULT: its future resolved then, the host told if it is cancelled first."""
         assert self.loop is not None
         id_ = self._id()
         if future is None:
@@ -305,7 +310,7 @@ class RemoteService(ChannelEnd, Service):
         on_cancel = partial(self._cancelled, id_)
         self._unary[id_] = (future, on_cancel)
         future.add_done_callback(on_cancel)
-        self._forward(id_, self._request(wire.INFER, id_, request, view))
+        self._forward(id_, self._request(kind, id_, request, view))
         return future
 
     def _cancelled(self, id_: int, future: asyncio.Future) -> None:
@@ -500,14 +505,7 @@ class RemoteService(ChannelEnd, Service):
         eviction came since the hit or the load that gave ``view``."""
         if not self.accepting:
             raise unavailable("Server is not ready to accept requests (shutting down)")
-        assert self.loop is not None
-        id_ = self._id()
-        future = self.loop.create_future()
-        on_cancel = partial(self._cancelled, id_)
-        self._unary[id_] = (future, on_cancel)
-        future.add_done_callback(on_cancel)
-        self._forward(id_, self._request(wire.ENSURED, id_, request, view))
-        return future
+        return self._send_unary(wire.ENSURED, request, view)
 
     def sagemaker_stats(self) -> EndpointStats:
         return self.stats
