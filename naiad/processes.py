@@ -55,15 +55,11 @@ class Host(Server):
         # Each port's connections counted across the front ends, its caps as one process would set them.
         self.counts = Counts.create(self.count, {name: entries_for(gate) for name, gate in self._gates().items()})
         await self.open_metrics()  # the host's own port, open before any front end answers ready
-        service = self.service
-        if service.failure is None:
-            # Live and accepting before the front ends listen (the first may take requests, health checks
-            # included, before the last starts); ready once they all do.
-            service.live = service.accepting = service.opening = True
-        try:
-            await asyncio.gather(*(self._spawn(index) for index in range(self.count)))
-        finally:
-            service.opening = False
+        if self.service.failure is None:
+            # Accepting before the front ends listen (the first may take requests before the last starts); live,
+            # and so ready, once they all do.
+            self.service.accepting = True
+        await asyncio.gather(*(self._spawn(index) for index in range(self.count)))
         log.info("%d front-end processes: %s", self.count, " ".join(str(p.pid) for p in self.procs if p))
         self._views = self._view_ids()
         self._watcher = asyncio.get_running_loop().create_task(self._watch())

@@ -232,32 +232,6 @@ def test_sigterm_drains_every_process_and_a_dead_host_takes_the_frontends_with_i
     s.stop()
 
 
-def test_live_while_the_front_ends_start_ready_once_they_all_listen(tmp_path) -> None:
-    """The first front end answers health checks as soon as it listens: live then (Triton is live once its models
-    are loaded), ready only once every front end listens."""
-    import asyncio
-
-    from naiad.processes import Host
-    from naiad.server import ServerOptions
-
-    host = Host(ServerOptions(model_repositories=[tmp_path]), 2)
-    seen = []
-
-    async def spawn(index: int) -> None:  # what a health check would read while front end ``index`` starts
-        await asyncio.sleep(0.01 * index)
-        seen.append((host.service.live, host.service.is_ready()))
-
-    async def start() -> None:
-        host._spawn = spawn  # type: ignore[method-assign]
-        host.open_metrics = lambda: asyncio.sleep(0)  # type: ignore[method-assign]
-        host._watch = lambda: asyncio.sleep(0)  # type: ignore[method-assign]
-        await host.open_frontends()
-        seen.append((host.service.live, host.service.is_ready()))
-
-    asyncio.run(start())
-    assert seen == [(True, False), (True, False), (True, True)]
-
-
 # --- connection caps: counted across the front ends, as one process counts them -------------------------------
 
 CAPS = ("--http-max-connections=5", "--http-max-connections-per-address=3", "--grpc-engine=lean",

@@ -63,9 +63,6 @@ class Service:
         self.strict_readiness = strict_readiness
         self.live = False
         self.accepting = False  # False while starting and while draining on shutdown
-        # Front-end processes (--frontend-processes N) still starting: live (the first answers as soon as it
-        # listens, and Triton is live once its models are loaded), not ready until every one listens.
-        self.opening = False
         # In flight: each queued request by its future, each decoupled stream's responder by its request; a
         # shutdown past its exit timeout answers what is left (``cut``).
         self._pending: dict[asyncio.Future, InferRequest] = {}
@@ -210,7 +207,7 @@ class Service:
     # --- health and metadata ------------------------------------------------------------------------------------
 
     def is_ready(self) -> bool:
-        if not (self.live and self.accepting) or self.opening:
+        if not (self.live and self.accepting):
             return False
         return self.repository.all_ready() if self.strict_readiness else True
 
