@@ -66,8 +66,9 @@ def shm_error(size: int, exc: OSError, memfd: bool) -> InferError:
     if memfd:
         reason = "out of memory" if exc.errno in (errno.ENOMEM, errno.ENOSPC) else (exc.strerror or str(exc))
         return InferError(
-            f"failed to allocate {size} bytes of shared memory (memfd: {reason}); free memory (the host's, or "
-            "the container's memory limit) or send smaller tensors", Code.UNAVAILABLE)
+            f"failed to allocate {size} bytes of shared memory (memfd: {reason}); free memory, raise the "
+            "container's memory limit or lower --backend-config=python,shm-default-byte-size / shm-growth-byte-size",
+            Code.UNAVAILABLE)
     reason = "no space left" if exc.errno == errno.ENOSPC else (exc.strerror or str(exc))
     return InferError(
         f"failed to allocate {size} bytes of shared memory in {SHM_DIR} ({reason}); free space there or lower "
@@ -104,7 +105,8 @@ def _new_file() -> tuple[int, bool]:
 def open_segment(size: int) -> tuple[int, mmap.mmap, bool]:
     """A new shared-memory file of ``size`` bytes, mapped: (fd, map, whether it is a memfd).
 
-    Sparse, deliberately: nothing is reserved here, ``reserve`` takes pages as the ring first reaches them.
+    Sparse, deliberately: nothing is reserved here; ``_Segment._reach`` reserves pages as the ring first reaches
+    them.
     Reserving the whole size up front (as a /dev/shm file once had to be, lest a full /dev/shm SIGBUS the
     first write) would make every idle instance cost 2 x shm-default-byte-size of memory: 32 MiB each under
     SageMaker's default, 1.6 GiB for 50 models, whatever their traffic. Reserving as reached keeps the error
@@ -135,9 +137,9 @@ def dev_shm_note() -> str | None:
     size = info.f_blocks * info.f_frsize
     if size >= SMALL_DEV_SHM:
         return None
-    return (f"{SHM_DIR} holds {size >> 20} MiB, and the Python backend's tensors in flight live there (this system "
-            "has no memfd_create): a large request or a busy model can fail with 'failed to allocate ... bytes of "
-            "shared memory'; in Docker, give it more with docker run --shm-size=1g")
+    return (f"memfd_create is not available here, so the Python backend's tensors in flight live in {SHM_DIR}, "
+            f"which holds only {size >> 20} MiB: a large request or a busy model may fail with 'failed to allocate "
+            "... bytes of shared memory'; give it more room (Docker: docker run --shm-size=1g)")
 
 
 _noted = False
