@@ -6,7 +6,7 @@ dashboard and Ray routers all answer with these; they depend on nothing but the 
 from __future__ import annotations
 
 import asyncio
-from typing import Any, AsyncIterator, Callable
+from typing import Any, AsyncIterator, Awaitable, Callable
 
 import orjson
 
@@ -48,6 +48,42 @@ class Streamed:
         self.content_type = content_type
         self.headers = headers
         self.status = status
+
+
+def later(answer: Awaitable[Any]) -> Deferred:
+    """A reply that waits for the service (a coroutine of the face: across processes, the model host's answer), with
+    the loop serving everything else meanwhile. ``answer`` gives a ``Reply``, ``Streamed`` or ``Deferred``; an
+    ``InferError`` it raises is the reply."""
+    return Deferred(asyncio.ensure_future(_answered(answer)), _result)
+
+
+def _result(future: asyncio.Future) -> Any:
+    return future.result()
+
+
+async def _answered(answer: Awaitable[Any]) -> Any:
+    try:
+        reply = await answer
+    except InferError as exc:
+        return error_reply(exc)
+    return await settle(reply) if isinstance(reply, Deferred) else reply
+
+
+async def settle(deferred: Deferred) -> Any:
+    """A ``Deferred``'s reply once its future is done; the caller going away cancels the request too."""
+    future = deferred.future
+    if not future.done():
+        try:
+            await asyncio.wait([asyncio.ensure_future(future)])  # (an Answer is wrapped in a task)
+        except asyncio.CancelledError:
+            future.cancel()  # the client went away: so does its request
+            raise
+    return deferred.finish(future)
+
+
+async def json_later(answer: Awaitable[Any]) -> Reply:
+    """``answer``'s value as a JSON reply."""
+    return json_reply(await answer)
 
 
 def json_reply(value: Any, status: int = 200) -> Reply:

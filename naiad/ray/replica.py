@@ -220,7 +220,7 @@ class ModelReplica:
             yield (_INTERNAL, UNPARSABLE_MESSAGE) if error is None else stream_error(error, message).SerializeToString()
             return
         try:
-            decoupled = self.service.model(message.model_name, parse_version(message.model_version)).decoupled
+            decoupled = (await self.service.model(message.model_name, parse_version(message.model_version))).decoupled
         except InferError:
             decoupled = False  # answered with the error, below
         yield decoupled

@@ -110,7 +110,7 @@ class Pusher:
     def __init__(self, replica: str, app: str, snapshot: Any) -> None:
         self.replica = replica
         self.app = app
-        self.snapshot = snapshot  # () -> dict, the replica service's model_statistics
+        self.snapshot = snapshot  # () -> awaitable dict, the replica service's model_statistics
         self.task: asyncio.Task | None = None
 
     def start(self) -> None:
@@ -122,7 +122,7 @@ class Pusher:
             try:
                 if target is None:
                     target = board(self.app)
-                await target.put.remote(self.replica, orjson.dumps(self.snapshot()))
+                await target.put.remote(self.replica, orjson.dumps(await self.snapshot()))
             except asyncio.CancelledError:
                 raise
             except Exception as exc:  # the board is being replaced (its app redeployed): ask again next time

@@ -5,7 +5,14 @@ shared-memory registry, trace and log settings, and the dashboard's feed.
 Front ends decode their wire format into ``InferRequest`` and encode ``InferResponse``; none of them reaches
 into the repository, a scheduler or a backend. Arguments and results are plain values (names, versions, dicts
 and lists, requests and responses, bytes; a model is a ``ModelView``), so the face can be a function call, as
-here, or a channel to a model host in another process.
+here, or a channel to a model host in another process (``remote.RemoteService``, the same signatures).
+
+Two kinds of method, so that nothing a front end calls ever blocks its event loop:
+- answered at once, from what this process knows: health (``live``, ``is_ready``, ``model_ready``), server
+  metadata, ``view`` (the view of a version where it is known here), and the inference path (``infer``,
+  ``stream``: futures); across processes, from what the host pushes, and "not ready" while it has stalled;
+- coroutines, for everything that may need the host (metadata, config, statistics, the repository, shared-memory
+  registrations, settings, the dashboard's feed): across processes, each awaits its answer with a deadline.
 """
 
 from __future__ import annotations
@@ -79,7 +86,13 @@ class Service:
 
     # --- inference ----------------------------------------------------------------------------------------------
 
-    def model(self, name: str, version: str = "") -> ModelView:
+    def view(self, name: str, version: str = "") -> ModelView | None:
+        """``model``'s answer where it is known without waiting (always, here; across processes, a view kept from
+        the host), else None: then await ``model``. Raises ``InferError`` as ``model`` does."""
+        self._check_created()
+        return self.repository.get(name, version).view
+
+    async def model(self, name: str, version: str = "") -> ModelView:
         """What a front end needs to know of the version that would serve a request (it resolves it before
         decoding, as Triton does); passed back to ``infer`` / ``stream`` to queue the request there."""
         self._check_created()
@@ -222,7 +235,7 @@ class Service:
         self._check_created()
         return self.repository.is_ready(name, version)
 
-    def model_metadata(self, name: str, version: str = "") -> dict[str, Any]:
+    async def model_metadata(self, name: str, version: str = "") -> dict[str, Any]:
         self._check_created()
         model = self.repository.get(name, version)
         # Triton lists every ready version, or only the one asked for.
@@ -235,19 +248,19 @@ class Service:
             "outputs": model.outputs_metadata,
         }
 
-    def model_config(self, name: str, version: str = "") -> dict[str, Any]:
+    async def model_config(self, name: str, version: str = "") -> dict[str, Any]:
         """The configuration as Triton's JSON (HTTP)."""
         self._check_created()
         return self.repository.get(name, version).config_dict
 
-    def model_config_message(self, name: str, version: str = "") -> ModelConfig:
+    async def model_config_message(self, name: str, version: str = "") -> ModelConfig:
         """The configuration as its protobuf message (gRPC); a copy, which the caller may keep."""
         self._check_created()
         config = ModelConfig()
         config.CopyFrom(self.repository.get(name, version).config)
         return config
 
-    def model_statistics(self, name: str = "", version: str = "") -> dict[str, Any]:
+    async def model_statistics(self, name: str = "", version: str = "") -> dict[str, Any]:
         self._check_created()
         if name:
             entry = self.repository.models.get(name)
@@ -266,7 +279,7 @@ class Service:
             ]
         return {"model_stats": [m.stats.as_dict(m.name, m.version_str) for m in models]}
 
-    def repository_index(self, ready_only: bool = False) -> list[dict[str, str]]:
+    async def repository_index(self, ready_only: bool = False) -> list[dict[str, str]]:
         if self.failure is not None:
             raise invalid("Server not ready")  # 400 here, where every other model request is a 503
         return self.repository.index(ready_only, self.control.listed())
@@ -326,12 +339,12 @@ class Service:
             raise unavailable("SageMaker is not served")
         return self.residency
 
-    def sagemaker_models(self) -> list[dict[str, Any]]:
+    async def sagemaker_models(self) -> list[dict[str, Any]]:
         """The models the multi-model API loaded, in load order: key, url, target (the served name), ready."""
         return [{"key": r.key, "url": r.url, "target": r.target, "ready": self.repository.is_ready(r.target)}
                 for r in self._residency().models.values()]
 
-    def sagemaker_model(self, key: str) -> dict[str, Any] | None:
+    async def sagemaker_model(self, key: str) -> dict[str, Any] | None:
         """One of them by key (None: not loaded)."""
         r = self._residency().get(key)
         return None if r is None else {"key": r.key, "url": r.url, "target": r.target}
@@ -349,15 +362,16 @@ class Service:
         return self._residency().touch(name)
 
     def sagemaker_hit(self, target: str) -> ModelView | None:
-        """``target``'s view where it is loaded and ready (counted as a cache hit, and marked used); None: a miss.
-        Queue its request with ``sagemaker_infer``."""
-        return self.model(target) if self._residency().hit(target) else None
+        """``target``'s view where it is loaded and ready (counted as a cache hit, and marked used); None: a miss,
+        or not known here without waiting (across processes): then await ``sagemaker_ensure``. Queue its request
+        with ``sagemaker_infer``."""
+        return self.repository.get(target).view if self._residency().hit(target) else None
 
     async def sagemaker_ensure(self, target: str) -> ModelView:
         """Make ``target`` served, downloading and loading its archive on a miss (raises ``ArchiveError`` or
         ``InferError``); its view. Queue its request with ``sagemaker_infer``."""
         await self._residency().ensure(target)
-        return self.model(target)  # before anything else runs: the model is kept for this request until it is queued
+        return self.repository.get(target).view  # before anything else runs: the model is kept for this request until it is queued
 
     def sagemaker_infer(self, request: InferRequest, view: ModelView) -> asyncio.Future[InferResponse]:
         """``infer`` for the target model a ``sagemaker_hit`` or ``sagemaker_ensure`` just gave ``view`` of, marked
@@ -383,25 +397,46 @@ class Service:
                 "memory": [(r.target, r.memory) for r in residency.models.values()],
                 "used": residency.used(), "limit": residency.memory_limit}
 
+    # --- the shared-memory registry: regions clients register, for every front end (requests find them in
+    # ``shared_memory``, at once) -----------------------------------------------------------------------------
+
+    async def shm_register(self, name: str, key: str, offset: int, byte_size: int) -> None:
+        self.shared_memory.register(name, key, offset, byte_size)
+
+    async def shm_unregister(self, name: str) -> None:
+        self.shared_memory.unregister(name)
+
+    async def shm_unregister_all(self) -> None:
+        self.shared_memory.unregister_all()
+
+    async def shm_status(self, name: str = "") -> list[dict[str, Any]]:
+        return self.shared_memory.status(name)
+
+    async def shm_cuda_status(self, name: str = "") -> list[dict[str, Any]]:
+        return self.shared_memory.cuda_status(name)
+
+    async def shm_cuda_register(self, name: str) -> None:
+        self.shared_memory.cuda_register(name)
+
     # --- trace and log settings ---------------------------------------------------------------------------------
 
-    def trace_settings(self, model: str = "") -> dict[str, Any]:
+    async def trace_settings(self, model: str = "") -> dict[str, Any]:
         return self.tracer.settings(model)
 
-    def update_trace_settings(self, model: str, changes: dict[str, Any]) -> None:
+    async def update_trace_settings(self, model: str, changes: dict[str, Any]) -> None:
         """``changes`` as ``core.settings.trace_changes`` reads them; a None value clears a model's own."""
         self.tracer.update(model, changes)
 
-    def log_settings_values(self) -> dict[str, Any]:
+    async def log_settings_values(self) -> dict[str, Any]:
         return self.log_settings.as_dict()
 
-    def update_log_settings(self, changes: dict[str, Any]) -> None:
+    async def update_log_settings(self, changes: dict[str, Any]) -> None:
         """``changes`` as ``core.settings.log_changes`` reads them."""
         self.log_settings.update(**changes)
 
     # --- the dashboard's feed -----------------------------------------------------------------------------------
 
-    def dashboard_feed(self, port: str) -> dict[str, Any]:
+    async def dashboard_feed(self, port: str) -> dict[str, Any]:
         """The dashboard's document, and a sign a page is watching: per-second figures are sampled while
         feeds are asked for. ``port``: "http" or "sagemaker", which decides the page's buttons (each calls that
         port's own routes)."""
@@ -418,7 +453,7 @@ class Service:
         if self.failure is not None:
             server["failure"] = self.failure.message
         try:
-            index = self.repository_index()
+            index = await self.repository_index()
         except InferError:  # the server could not be created: nothing to list
             index = []
         return {

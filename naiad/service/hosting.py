@@ -1,6 +1,12 @@
 """The model host's end of one front-end process's channel (``--frontend-processes N``): requests and calls come in
 (``wire.py``), go to the face (``face.Service``) as a front end in this process would send them, and their answers
 go back. Everything runs on the host's event loop; the channel is read with ``loop.add_reader``.
+
+What a front end answers at once (health, server metadata, which regions are registered) it learns from here:
+the state (``wire.State``) is pushed to every front end when it changes, before any answer that changed it, and a
+heartbeat otherwise (``Pulse``), so a front end knows the host stalled when it hears nothing. Nothing here waits
+on a front end without a deadline: a front end that doesn't say within ``USES_SECONDS`` whether a request holds a
+region being unregistered holds none it can still use (its copies close when it reads the unregister).
 """
 
 from __future__ import annotations
@@ -9,6 +15,7 @@ import asyncio
 import inspect
 import logging
 import socket
+import weakref
 from typing import Any, Callable
 
 from naiad.core.answer import Answer
@@ -22,10 +29,80 @@ from naiad.service.face import Service
 from naiad.service.precheck import Undo, undo
 
 log = logging.getLogger("naiad")
+_CONFIGS: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()  # a version's config, serialized once
 
 _INFER, _STREAM, _CANCEL, _CALL, _READY = (wire.INFER, wire.STREAM, wire.CANCEL,
                                            wire.CALL, wire.READY)
 _RESULT, _REPLY, _USED, _STATS, _ENSURED = wire.RESULT, wire.REPLY, wire.USED, wire.STATS, wire.ENSURED
+_TOUCH, _BEAT, _LOST = wire.TOUCH, wire.BEAT, wire.LOST
+BEAT_SECONDS = 0.25  # how often the host says it is there (a front end waits a few before it says "not ready")
+USES_SECONDS = 2.0  # how long an unregister waits for each front end to say which regions its requests hold
+
+
+def state_of(service: Service) -> tuple:
+    """What front ends answer at once (a ``wire.State``), as the face answers it here."""
+    models: dict[str, dict[str, bool]] = {}
+    repository = service.repository
+    if service.failure is None:
+        for name, entry in repository.models.items():
+            versions = {"": repository.is_ready(name)}
+            for version in entry.versions:
+                versions[str(version)] = repository.is_ready(name, str(version))
+            models[name] = versions
+    residency = service.residency
+    return tuple(wire.State(
+        wire.STATE, bool(service.live), service.is_ready(),
+        None if service.failure is None else service.failure.message, models, service.server_id,
+        service.control_mode, residency is not None, "" if residency is None else str(residency.models_root)))
+
+
+class Pulse:
+    """The host's heartbeat to its front ends: every ``BEAT_SECONDS`` the state where it changed, else a BEAT (which
+    also carries what each link's arena announces: segments dropped at idle)."""
+
+    def __init__(self, service: Service, loop: asyncio.AbstractEventLoop) -> None:
+        self.service = service
+        self.loop = loop
+        self.links: set[Link] = set()
+        self.state: tuple | None = None
+        self._timer: asyncio.TimerHandle | None = None
+
+    @staticmethod
+    def of(service: Service, loop: asyncio.AbstractEventLoop) -> Pulse:
+        pulse = getattr(service, "_pulse", None)
+        if pulse is None or pulse.loop is not loop:
+            pulse = Pulse(service, loop)
+            service._pulse = pulse  # type: ignore[attr-defined]
+        return pulse
+
+    def add(self, link: Link) -> None:
+        self.links.add(link)
+        self.state = state_of(self.service)
+        link.send(self.state)
+        link.send(link.views())
+        for region in self.service.shared_memory.regions.values():  # (a front end started again: what it missed)
+            link.send((wire.REGION, region.name, region.key, region.offset, region.byte_size))
+        if self._timer is None:
+            self._timer = self.loop.call_later(BEAT_SECONDS, self._beat)
+
+    def remove(self, link: Link) -> None:
+        self.links.discard(link)
+
+    def _beat(self) -> None:
+        if not self.links:
+            self._timer = None
+            return
+        self._timer = self.loop.call_later(BEAT_SECONDS, self._beat)
+        state = state_of(self.service)
+        message = (_BEAT,) if state == self.state else state
+        self.state = state
+        for link in list(self.links):
+            link.send(message)
+
+    def push(self, link: Link) -> None:
+        """The state to ``link`` now (flushed: it precedes whatever answer follows on another link)."""
+        self.state = state = state_of(self.service)
+        link.send(state)
 
 
 def error_value(exc: BaseException) -> tuple[str, str, str]:
@@ -87,6 +164,12 @@ class Link(ChannelEnd):
         # against one names it (``wire.Request.checked``). Until the next INVALIDATE, when its views go.
         self.versions: dict[int, Any] = {}
         self._next_version = 0
+        self.pulse: Pulse | None = None
+
+    def attach(self, loop: asyncio.AbstractEventLoop) -> None:
+        super().attach(loop)
+        self.pulse = Pulse.of(self.service, loop)
+        self.pulse.add(self)
 
     def _channel_lost(self) -> None:
         self.lost()
@@ -107,6 +190,9 @@ class Link(ChannelEnd):
 
     def close(self) -> None:
         self.closed = True
+        self._stop_sweeping()
+        if self.pulse is not None:
+            self.pulse.remove(self)
         if self.loop is not None:
             try:
                 self.loop.remove_reader(self.channel.sock.fileno())
@@ -118,35 +204,61 @@ class Link(ChannelEnd):
     # --- what comes from the front end --------------------------------------------------------------------------
 
     def _on_readable(self) -> None:
-        try:
-            messages = self.channel.receive()
-        except EOFError:
-            self.lost()
-            return
-        for message in messages:
-            kind = message[0]
-            if kind == _INFER:
-                self._queue(message[1], self._decode(message))
-            elif kind == _CANCEL:
-                future = self.requests.pop(message[1], None)
-                if future is not None:
-                    future.cancel()
-            elif kind == _STREAM:
-                self._track(message[1], asyncio.ensure_future(self._stream(message[1], self._decode(message))))
-            elif kind == _CALL:
-                self._call(*message[1:])
-            elif kind == _ENSURED:
-                self._ensured(message)
-            elif kind == _STATS:
-                self._add_stats(message)
-            elif kind == _USED:
-                future = self._uses.pop(message[1], None)
-                if future is not None and not future.done():
-                    future.set_result(message[2])
-            elif kind == _READY:
-                self.ready.set()
-                if self.on_ready is not None:
-                    self.on_ready()
+        while True:
+            try:
+                messages = self._receive()
+            except EOFError:
+                self.lost()
+                return
+            if messages is None:
+                return
+            for message in messages:
+                kind = message[0]
+                if kind == _INFER:
+                    try:
+                        request = self._decode(message)
+                    except Exception as exc:  # noqa: BLE001 - its tensors could not be read here
+                        self._unread(message, exc)
+                        continue
+                    self._queue(message[1], request)
+                elif kind == _CANCEL:
+                    future = self.requests.pop(message[1], None)
+                    if future is not None:
+                        future.cancel()
+                elif kind == _STREAM:
+                    try:
+                        request = self._decode(message)
+                    except Exception as exc:  # noqa: BLE001
+                        self._unread(message, exc)
+                        continue
+                    self._track(message[1], asyncio.ensure_future(self._stream(message[1], request)))
+                elif kind == _CALL:
+                    self._call(*message[1:])
+                elif kind == _ENSURED:
+                    self._ensured(message)
+                elif kind == _TOUCH:
+                    if self.service.sagemaker:
+                        self.service.sagemaker_touch(message[1])
+                elif kind == _STATS:
+                    self._add_stats(message)
+                elif kind == _USED:
+                    future = self._uses.pop(message[1], None)
+                    if future is not None and not future.done():
+                        future.set_result(message[2])
+                elif kind == _READY:
+                    self.ready.set()
+                    if self.on_ready is not None:
+                        self.on_ready()
+                elif kind == _LOST:
+                    self._announce_again(message[1])
+
+    def _unread(self, message: tuple, exc: BaseException) -> None:
+        """A request whose tensors could not be read here: answered with the error (its stream ends with it)."""
+        error = self._unreadable(exc)
+        response = InferResponse(message[2], message[3], message[4], error=error)
+        if message[0] == _STREAM:
+            response.final = wire.REFUSED  # type: ignore[assignment]
+        self._result(message[1], response)
 
     def _add_stats(self, message: tuple) -> None:
         if not self.service.sagemaker:
@@ -195,9 +307,10 @@ class Link(ChannelEnd):
         if type(changed) is not Changed:
             return
         try:
-            serving = self.service.model(request.model_name, request.model_version).handle
+            view = self.service.view(request.model_name, request.model_version)
         except InferError:
-            serving = None  # refused by the face in a moment, in its own words
+            view = None  # refused by the face in a moment, in its own words
+        serving = None if view is None else view.handle
         if changed.handle is not None and serving is changed.handle:
             request.checked = serving
         else:
@@ -209,11 +322,17 @@ class Link(ChannelEnd):
         future.add_done_callback(lambda f: self.requests.pop(id_, None) if self.requests.get(id_) is f else None)
 
     def _ensured(self, message: tuple) -> None:
-        """A request for a SageMaker target model the front end's hit or load made resident: queued, as one
-        process queues it within the hit or the load; where an eviction came in between (another front end's
-        load), the model is loaded again first, and the request queued within that load."""
-        id_, request = message[1], self._decode(message)
-        if self.service.sagemaker_touch(request.model_name):
+        """A request for a SageMaker target model the front end holds a view of (from a load, or kept): a cache
+        hit, queued at once, as one process queues it within the hit; where the model is no longer resident and
+        ready (an eviction came since: another front end's load), a miss: loaded again first, and the request
+        queued within that load."""
+        try:
+            request = self._decode(message)
+        except Exception as exc:  # noqa: BLE001 - its tensors could not be read here
+            self._unread(message, exc)
+            return
+        id_ = message[1]
+        if self.service.sagemaker_hit(request.model_name) is not None:
             self._queue(id_, request)
         else:
             self._track(id_, asyncio.ensure_future(self._reload(id_, request)))
@@ -241,9 +360,8 @@ class Link(ChannelEnd):
 
     def _result(self, id_: int, response: InferResponse) -> None:
         error = response.error
-        pack = self.channel.pack
         self.send((_RESULT, id_, response.model_name, response.model_version, response.id,
-                   [pack(name, array) for name, array in response.outputs.items()], response.parameters,
+                   self.records(response.outputs) if response.outputs else [], response.parameters,
                    None if error is None else (type(error).__name__, error.code.name, error.message),
                    response.final))
 
@@ -269,51 +387,70 @@ class Link(ChannelEnd):
             if method == "model":
                 self.send((_REPLY, id_, True, self._view(*args)))
                 return
-            if method == "sagemaker_hit":  # (hit, its View where the front end wants one)
-                target, want = args
-                view = self.service.sagemaker_hit(target)
-                self.send((_REPLY, id_, True, (view is not None, self._wire_view(view) if want and view else None)))
-                return
             if method == "load_model" and args[3] is not None:
                 args = (*args[:3], CodeConsent(*args[3]))
-            if method in ("shm_register", "shm_status", "shm_cuda_status", "shm_cuda_register"):
-                self.send((_REPLY, id_, True, getattr(self.service.shared_memory, method[4:])(*args)))
+            if method == "shm_register":
+                self.service.shared_memory.register(*args)
+                # Every front end learns of it before the client is answered: a request through any may name it.
+                for link in self._peers():
+                    link.send((wire.REGION, *args))
+                    if link is not self:
+                        link._flush()
+                self.send((_REPLY, id_, True, None))
                 return
             if method in ("shm_unregister", "shm_unregister_all"):
                 task = asyncio.ensure_future(self._unregister(list(args) if args else None))
                 task.add_done_callback(lambda t: self._called(id_, method, t))
                 return
-            value = getattr(self.service, method)
-            if callable(value):
-                value = value(*args)
+            value = getattr(self.service, method)(*args)
             if inspect.isawaitable(value):
                 task = asyncio.ensure_future(value)
                 self._track(-id_, task)  # negative: calls and requests number apart
-                task.add_done_callback(lambda t: self._called(id_, method, t))
+                task.add_done_callback(lambda t: self._called(id_, method, t, args))
                 return
         except Exception as exc:
             self.send((_REPLY, id_, False, error_value(exc)))
             return
-        if method == "update_log_settings":
-            for link in self._peers():
-                link.send((wire.LOGS, args[0]))  # each front end logs as the host does
         self.send((_REPLY, id_, True, plain(method, value)))
 
     def _view(self, name: str, version: str = "") -> tuple:
         """A "model" call's answer (``wire.View``): the view, and what the front end checks its requests with."""
-        return self._wire_view(self.service.model(name, version))
+        view = self.service.view(name, version)
+        assert view is not None  # (the host's own face knows every view)
+        return self._wire_view(view)
 
     def _wire_view(self, view: ModelView) -> tuple:
-        config = view.handle.config.SerializeToString()
+        handle = view.handle
+        config = _CONFIGS.get(handle)
+        if config is None:
+            config = _CONFIGS[handle] = handle.config.SerializeToString()
         self._next_version += 1
         self.versions[self._next_version] = view.handle
         return tuple(view)[:-1], self._next_version, config
 
     def invalidate(self) -> None:
         """The repository changed: the front end forgets its views, and the numbers they came with stand for
-        nothing here any more (a request checked against one is checked again)."""
+        nothing here any more (a request checked against one is checked again). The new state goes first, and
+        now: a client answered through another front end finds the change here."""
         self.versions.clear()
+        if self.pulse is not None:
+            self.pulse.push(self)
         self.send((wire.INVALIDATE,))
+        self.send(self.views())
+        self._flush()
+
+    def views(self) -> tuple:
+        """A VIEWS message: every version that serves, by the names requests give it ("" for the policy's choice)."""
+        service, out = self.service, []
+        for name, entry in service.repository.models.items():
+            for version in ("", *map(str, entry.versions)):
+                try:
+                    view = service.view(name, version)
+                except InferError:
+                    continue  # not served (loading, failed, unloaded): asked for, and refused, as a request comes
+                if view is not None:
+                    out.append((name, version, *self._wire_view(view)))
+        return (wire.VIEWS, out)
 
     def uses(self, names: list[str] | None) -> "asyncio.Future[list[str]]":
         """Ask the front end which of ``names`` (None: all) a request there holds."""
@@ -331,7 +468,7 @@ class Link(ChannelEnd):
         """Unregister as one registry would, a region held by a request in any front end refused in Triton's
         words; every front end closes its copies before the client is answered."""
         busy: set[str] = set()
-        for held in await asyncio.gather(*(link.uses(names) for link in self._peers())):
+        for held in await asyncio.gather(*(_held(link, names) for link in self._peers())):
             busy.update(held)
         registry = self.service.shared_memory
         if names is not None:
@@ -353,7 +490,7 @@ class Link(ChannelEnd):
             raise internal("Failed to unregister the following system shared memory regions: "
                            + "".join(f"{name} ," for name in failed))
 
-    def _called(self, id_: int, method: str, task: asyncio.Future) -> None:
+    def _called(self, id_: int, method: str, task: asyncio.Future, args: tuple = ()) -> None:
         if task.cancelled():
             return
         if method in wire.CHANGES:
@@ -365,7 +502,22 @@ class Link(ChannelEnd):
         value = task.result()
         if method == "sagemaker_ensure":
             value = self._wire_view(value)  # the view taken as the load ended, numbered after the INVALIDATE
+        elif method == "update_log_settings":
+            for link in self._peers():
+                link.send((wire.LOGS, args[0]))  # each front end logs as the host does
         self.send((_REPLY, id_, True, plain(method, value)))
+
+
+async def _held(link: Link, names: list[str] | None) -> list[str]:
+    """Which of ``names`` a request in ``link``'s front end holds; none, from one that doesn't say in time (a
+    stopped process: its copies of the regions close when it reads the unregister, and a request there holding
+    one keeps its own descriptor until it ends)."""
+    try:
+        return await asyncio.wait_for(link.uses(names), USES_SECONDS)
+    except asyncio.TimeoutError:
+        log.warning("a front-end process did not say within %.0f s whether it uses the shared-memory regions being "
+                    "unregistered; unregistered anyway", USES_SECONDS)
+        return []
 
 
 def plain(method: str, value: Any) -> Any:

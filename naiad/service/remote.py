@@ -1,13 +1,20 @@
 """The face in a front-end process (``--frontend-processes N``): every method of ``Service``, answered by the model
 host over one channel (``wire.py``). Front ends can't tell it from the in-process face.
 
-Inference is asynchronous: a request goes out as one datagram (tensors in shared memory when large) and its
-future is resolved when the host's RESULT comes; a client that goes away cancels it there. At most
-``MAX_IN_FLIGHT`` requests are at the host at once; more wait here, each in its client's connection, so a slow
-host slows clients down instead of growing memory. A request is checked here against its model version's
-signature before it goes (``precheck.py``, built from what came with the view), so the host need not. Other calls
-are rare (health, metadata, control): a synchronous one waits for its REPLY on the channel, handling whatever else
-arrives meanwhile.
+Nothing here blocks the event loop, and nothing waits without a deadline:
+- health (``live``, ``is_ready``, ``model_ready``) and server metadata are answered at once from the state the host
+  pushes (``hosting.Pulse``); a host heard from by no message for ``STALL_SECONDS`` has stalled, and health says
+  "not ready" until it is heard again;
+- every other call is a coroutine that awaits its REPLY for at most ``CALL_SECONDS`` (``CHANGE_SECONDS`` for loads
+  and unloads), then answers UNAVAILABLE;
+- inference is asynchronous: a request goes out as one datagram (tensors in shared memory when large, inline when
+  shared memory runs short) and its future is resolved when the host's RESULT comes; a client that goes away
+  cancels it there. A request with a timeout whose answer hasn't come when it expires, from a host that has
+  stalled, is answered "Request timeout expired" (UNAVAILABLE) here, and cancelled there.
+
+At most ``MAX_IN_FLIGHT`` requests are at the host at once; more wait here, each in its client's connection, so a
+slow host slows clients down instead of growing memory. A request is checked here against its model version's
+signature before it goes (``precheck.py``, built from what came with the view), so the host need not.
 """
 
 from __future__ import annotations
@@ -16,7 +23,6 @@ import asyncio
 import gc
 import logging
 import os
-import select
 import socket
 from collections import deque
 from functools import partial
@@ -41,10 +47,14 @@ from naiad.service.precheck import Precheck
 log = logging.getLogger("naiad")
 
 MAX_IN_FLIGHT = 4096  # requests at the host at once, from one front end
-CALL_TIMEOUT = 600.0  # seconds a synchronous call waits for the host (a load may take long)
+CALL_SECONDS = 60.0  # how long a call waits for the host's answer
+CHANGE_SECONDS = 600.0  # ... a load or an unload (a model may take long to initialize; a download, longer)
+STALL_SECONDS = 1.0  # a host heard from by nothing for this long has stalled (it beats every 0.25 s)
+TIMEOUT_EXPIRED = "Request timeout expired"  # Triton's words for a request whose timeout ran out before it ran
 _ERRORS = {cls.__name__: cls for cls in (InferError, UrlRefused, ArchiveError)}
 _RESULT, _REPLY, _INVALIDATE, _SHM, _USES, _LOGS = (wire.RESULT, wire.REPLY, wire.INVALIDATE, wire.SHM, wire.USES,
                                                 wire.LOGS)
+_STATE, _REGION, _BEAT, _LOST, _VIEWS = wire.STATE, wire.REGION, wire.BEAT, wire.LOST, wire.VIEWS
 
 
 def error_of(value: tuple[str, str, str]) -> InferError:
@@ -53,30 +63,29 @@ def error_of(value: tuple[str, str, str]) -> InferError:
 
 
 class SharedRegistry(SharedMemoryRegistry):
-    """The host's registry, as one front end sees it: registrations go to the host (which checks them, caps them
-    and answers status), and each front end opens a region itself, by its key, the first time a request names it
-    here. The host tells every front end when a region goes (``SHM``), before it answers the unregister."""
+    """The host's registry, as one front end sees it: the host registers, checks, caps and answers status; it tells
+    every front end of each region (``REGION``) before it answers the register, and of each that goes (``SHM``)
+    before it answers the unregister. A front end opens a region itself, by its key, the first time a request
+    names it here: nothing to ask the host then."""
 
-    def __init__(self, service: RemoteService) -> None:
+    def __init__(self) -> None:
         super().__init__()
-        self.service = service
+        self.known: dict[str, tuple[str, int, int]] = {}  # every region the host holds: key, offset, byte_size
 
-    def register(self, name: str, key: str, offset: int, byte_size: int) -> None:
-        self.service._call("shm_register", name, key, offset, byte_size)
-        self._open(name, key, offset, byte_size)
+    def learn(self, name: str, key: str, offset: int, byte_size: int) -> None:
+        if self.known.get(name) != (key, offset, byte_size):
+            self.forget([name])
+        self.known[name] = (key, offset, byte_size)
 
-    def _open(self, name: str, key: str, offset: int, byte_size: int) -> None:
-        self.forget([name])
-        try:
-            super().register(name, key, offset, byte_size)
-        except InferError:
-            pass  # the host holds it; this front end tries again when a request names it
-
-    def unregister(self, name: str) -> None:
-        self.service._call("shm_unregister", name)  # the host asks every front end whether a request holds it
-
-    def unregister_all(self) -> None:
-        self.service._call("shm_unregister_all")
+    def find(self, name: str, offset: int, byte_size: int) -> Any:
+        if name not in self.regions:
+            found = self.known.get(name)
+            if found is not None:
+                try:
+                    super().register(name, *found)
+                except InferError:
+                    pass  # gone or truncated since: refused below in Triton's words
+        return super().find(name, offset, byte_size)
 
     def in_use(self, names: list[str] | None) -> list[str]:
         """Which of ``names`` (None: all) a request in this process holds."""
@@ -87,31 +96,17 @@ class SharedRegistry(SharedMemoryRegistry):
             held = [name for name in held if self.regions[name].users]
         return held
 
-    def status(self, name: str = "") -> list[dict[str, Any]]:
-        return self.service._call("shm_status", name)  # type: ignore[no-any-return]
-
-    def cuda_status(self, name: str = "") -> list[dict[str, Any]]:
-        return self.service._call("shm_cuda_status", name)  # type: ignore[no-any-return]
-
-    def cuda_register(self, name: str) -> None:
-        self.service._call("shm_cuda_register", name)
-
-    def find(self, name: str, offset: int, byte_size: int) -> Any:
-        if name not in self.regions:
-            try:
-                (found,) = self.service._call("shm_status", name)
-            except InferError:
-                found = None
-            if found is not None:
-                self._open(name, found["key"], found["offset"], found["byte_size"])
-        return super().find(name, offset, byte_size)
-
     def forget(self, names: list[str] | None) -> None:
         """Close this front end's copies of regions the host dropped (None: all)."""
         for name in list(self.regions) if names is None else names:
             region = self.regions.pop(name, None)
             if region is not None:
                 region.close()
+        if names is None:
+            self.known.clear()
+        else:
+            for name in names:
+                self.known.pop(name, None)
 
 
 class _Timing(Timing):
@@ -159,20 +154,27 @@ class RemoteService(ChannelEnd, Service):
         # (taken off before the answer is set, so an answered request costs no loop callback).
         self._unary: dict[int, tuple[asyncio.Future, Callable[[asyncio.Future], None]]] = {}
         self._queues: dict[int, asyncio.Queue] = {}
-        self._calls: dict[int, Any] = {}  # async calls: future; synchronous: None until the reply
+        self._calls: dict[int, asyncio.Future] = {}
         self._waiting: deque[tuple[int, tuple]] = deque()  # over MAX_IN_FLIGHT, in order
         self._unsent: set[int] = set()  # their ids, until sent (or withdrawn: the client went away)
         self._active = 0
         self._views: dict[tuple[str, str], ModelView] = {}
+        self._pushed: dict[tuple[str, str], tuple] = {}  # views the host pushed (VIEWS), made on first use
+        self._failure: str | None = None  # the host's, from its state
         self._invalidated = 0  # INVALIDATEs so far
         self._idle: asyncio.Event | None = None
+        self._state: tuple | None = None  # the host's last wire.State
+        self._heard = 0.0  # when the host was last heard from (loop time)
+        self._reading = False
         self.accepting = True  # this front end's own: False once it drains
-        self.failure = None
-        self.residency = None
-        self.shared_memory: SharedRegistry = SharedRegistry(self)
+        self.shared_memory: SharedRegistry = SharedRegistry()
         self.log_settings = LogSettings()  # this process's logging, as the host's (``configure``; LOGS)
         self.stats = ForwardedStats(self._stats_changed)  # SageMaker's invocation counters, summed by the host
         self._stats_due = False
+
+    def attach(self, loop: asyncio.AbstractEventLoop) -> None:
+        super().attach(loop)
+        self._heard = loop.time()
 
     def _channel_lost(self) -> None:
         if self.loop is not None:
@@ -198,43 +200,74 @@ class RemoteService(ChannelEnd, Service):
     # --- what comes from the host -------------------------------------------------------------------------------
 
     def _on_readable(self) -> None:
-        try:
-            messages = self.channel.receive()
-        except EOFError:
-            self._channel_lost()
+        if self._reading:  # (a catch-up from within a message's handling: the outer read carries on)
             return
-        for message in messages:
-            kind = message[0]
-            if kind == _RESULT:
-                self._result(message)
-            elif kind == _REPLY:
-                _, id_, ok, value = message
-                future = self._calls.get(id_)
-                if future is None:
-                    self._calls[id_] = (ok, value)
-                else:
-                    del self._calls[id_]
-                    if not future.done():
-                        future.set_result((ok, value))
-            elif kind == _INVALIDATE:
-                self._views.clear()
-                self._invalidated += 1
-            elif kind == _SHM:
-                self.shared_memory.forget(message[1])
-            elif kind == _LOGS:
-                self.log_settings.update(**message[1])
-            elif kind == _USES:
-                self.send((wire.USED, message[1], self.shared_memory.in_use(message[2])))
+        self._reading = True
+        try:
+            while True:
+                try:
+                    messages = self._receive()
+                except EOFError:
+                    self._channel_lost()
+                    return
+                if messages is None:
+                    return
+                self._heard = self.loop.time()  # type: ignore[union-attr]
+                for message in messages:
+                    kind = message[0]
+                    if kind == _RESULT:
+                        self._result(message)
+                    elif kind == _REPLY:
+                        _, id_, ok, value = message
+                        future = self._calls.pop(id_, None)
+                        if future is not None and not future.done():
+                            future.set_result((ok, value))
+                    elif kind == _BEAT:
+                        pass
+                    elif kind == _STATE:
+                        self._state = message
+                        self._failure = message[3]
+                    elif kind == _INVALIDATE:
+                        self._views.clear()
+                        self._pushed.clear()
+                        self._invalidated += 1
+                    elif kind == _VIEWS:
+                        for name, version, *view in message[1]:
+                            self._pushed[(name, version)] = view
+                    elif kind == _REGION:
+                        self.shared_memory.learn(*message[1:])
+                    elif kind == _SHM:
+                        self.shared_memory.forget(message[1])
+                    elif kind == _LOGS:
+                        self.log_settings.update(**message[1])
+                    elif kind == _USES:
+                        self.send((wire.USED, message[1], self.shared_memory.in_use(message[2])))
+                    elif kind == _LOST:
+                        self._announce_again(message[1])
+        finally:
+            self._reading = False
+
+    def _catch_up(self) -> None:
+        """Read what the host sent and this loop has not yet read (without waiting): where an answer read from the
+        pushed state may be stale (a change through another front end, answered to its client already)."""
+        if self.loop is not None and not self.closed:
+            self._on_readable()
 
     def _result(self, message: tuple) -> None:
         _, id_, name, version, response_id, outputs, parameters, error, final = message
         unpack = self.channel.unpack
         arrays = {}
-        for record in outputs:
-            output_name, array = unpack(False, *record)
-            arrays[output_name] = array
-        response = InferResponse(name, version, response_id, arrays, parameters,
-                                 None if error is None else error_of(error))
+        failure: InferError | None = None
+        try:
+            for record in outputs:
+                output_name, array = unpack(False, *record)
+                arrays[output_name] = array
+        except Exception as exc:  # noqa: BLE001 - its tensors could not be read here (descriptors ran out)
+            arrays = {}
+            failure = self._unreadable(exc)
+        else:
+            failure = None if error is None else error_of(error)
+        response = InferResponse(name, version, response_id, arrays, parameters, failure)
         response.final = final
         unary = self._unary.pop(id_, None)
         if unary is not None:
@@ -267,6 +300,73 @@ class RemoteService(ChannelEnd, Service):
             return True
         return False
 
+    # --- the host's state: health, answered at once -------------------------------------------------------------
+
+    def stalled(self) -> bool:
+        """Whether the host has said nothing for ``STALL_SECONDS`` (stopped, or its loop stuck)."""
+        assert self.loop is not None
+        if self.loop.time() - self._heard <= STALL_SECONDS:
+            return False
+        self._catch_up()  # (or this loop was the busy one: what came meanwhile counts)
+        return self.loop.time() - self._heard > STALL_SECONDS
+
+    def _known(self) -> tuple:
+        if self._state is None:
+            self._catch_up()
+            if self._state is None:
+                raise unavailable("Server not ready")  # (the host's first state comes before any front end serves)
+        return self._state
+
+    @property  # type: ignore[override]
+    def live(self) -> bool:
+        return self._state is not None and bool(self._state[1])
+
+    @live.setter
+    def live(self, value: bool) -> None:
+        pass  # the host's
+
+    @property  # type: ignore[override]
+    def failure(self) -> InferError | None:
+        return None if self._failure is None else unavailable(self._failure)
+
+    @failure.setter
+    def failure(self, value: InferError | None) -> None:
+        pass  # the host's
+
+    @property  # type: ignore[override]
+    def server_id(self) -> str:
+        return str(self._known()[5])
+
+    @server_id.setter
+    def server_id(self, value: str) -> None:
+        pass
+
+    @property
+    def control_mode(self) -> str:
+        return str(self._known()[6])
+
+    @property
+    def sagemaker(self) -> bool:
+        return bool(self._known()[7])
+
+    def sagemaker_models_root(self) -> Path:
+        return Path(self._known()[8])
+
+    def is_ready(self) -> bool:
+        if not self.accepting or self._state is None:
+            return False
+        if not self._state[2]:
+            self._catch_up()
+        return bool(self._state[2]) and not self.stalled()
+
+    def model_ready(self, name: str, version: str = "") -> bool:
+        self._check_created()
+        if not self._state[4].get(name, {}).get(version, False):  # type: ignore[index]
+            self._catch_up()  # (loaded through another front end a moment ago?)
+            if not self._state[4].get(name, {}).get(version, False):  # type: ignore[index]
+                return False
+        return not self.stalled()
+
     # --- inference ----------------------------------------------------------------------------------------------
 
     def _request(self, kind: int, id_: int, request: InferRequest, view: ModelView | None) -> tuple:
@@ -274,11 +374,9 @@ class RemoteService(ChannelEnd, Service):
         signature (the host then skips its check)."""
         check = None if view is None else view.handle
         checked, undo = (0, None) if check is None else check.run(request)
-        pack = self.channel.pack
-        return (kind, id_, request.model_name, request.model_version, request.id,
-                [pack(name, array) for name, array in request.inputs.items()], request.requested_outputs,
-                request.parameters, request.correlation_id, request.flags, request.priority, request.timeout_us,
-                request.raw_input, checked, request.batch_size, undo)
+        return (kind, id_, request.model_name, request.model_version, request.id, self.records(request.inputs),
+                request.requested_outputs, request.parameters, request.correlation_id, request.flags,
+                request.priority, request.timeout_us, request.raw_input, checked, request.batch_size, undo)
 
     def _forward(self, id_: int, message: tuple) -> None:
         if self._active < MAX_IN_FLIGHT:
@@ -288,29 +386,47 @@ class RemoteService(ChannelEnd, Service):
             self._unsent.add(id_)
             self._waiting.append((id_, message))
 
+    def _check_created(self) -> None:
+        if self._failure is not None:
+            raise unavailable("Server not ready")
+
+    def view(self, name: str, version: str = "") -> ModelView | None:
+        if self._failure is not None:
+            raise unavailable("Server not ready")
+        view = self._views.get((name, version))
+        if view is None:
+            pushed = self._pushed.pop((name, version), None)
+            if pushed is not None:
+                fields, number, config = pushed
+                view = self._views[(name, version)] = ModelView._make((*fields, Precheck(number, config)))
+        return view
+
     def infer(self, request: InferRequest, view: ModelView | None = None,
               future: asyncio.Future[InferResponse] | None = None) -> "asyncio.Future[InferResponse]":
         if not self.accepting:
             raise unavailable("Server is not ready to accept requests (shutting down)")
         if view is None:
-            view = self.model(request.model_name, request.model_version)
-        if view.decoupled:
+            view = self._views.get((request.model_name, request.model_version))  # (else: sent unchecked)
+        if view is not None and view.decoupled:
             raise InferError(f"model '{view.name}' uses the decoupled transaction policy: its responses can only be "
                              "streamed (gRPC ModelStreamInfer, HTTP generate_stream, BLS exec(decoupled=True))",
                              Code.UNSUPPORTED)
         return self._send_unary(wire.INFER, request, view, future)
 
-    def _send_unary(self, kind: int, request: InferRequest, view: ModelView,
+    def _send_unary(self, kind: int, request: InferRequest, view: ModelView | None,
                     future: asyncio.Future[InferResponse] | None = None) -> "asyncio.Future[InferResponse]":
         """A request answered by one RESULT: its future resolved then, the host told if it is cancelled first."""
         assert self.loop is not None
         id_ = self._id()
+        message = self._request(kind, id_, request, view)
         if future is None:
             future = self.loop.create_future()
         on_cancel = partial(self._cancelled, id_)
         self._unary[id_] = (future, on_cancel)
         future.add_done_callback(on_cancel)
-        self._forward(id_, self._request(kind, id_, request, view))
+        self._forward(id_, message)
+        if request.timeout_us:
+            self.loop.call_later(request.timeout_us / 1e6, self._expire, id_, request)
         return future
 
     def _cancelled(self, id_: int, future: asyncio.Future) -> None:
@@ -321,13 +437,37 @@ class RemoteService(ChannelEnd, Service):
                 self.send((wire.CANCEL, id_))
             self._done(sent)
 
+    def _expire(self, id_: int, request: InferRequest) -> None:
+        """``request``'s timeout ran out and its answer hasn't come: the host decides while it is there (a request
+        running when its timeout expires still gets its answer, as in Triton), this front end when it has stalled."""
+        unary = self._unary.get(id_)
+        if unary is None:
+            return
+        if not self.stalled():
+            self.loop.call_later(STALL_SECONDS, self._expire, id_, request)  # type: ignore[union-attr]
+            return
+        del self._unary[id_]
+        future, on_cancel = unary
+        future.remove_done_callback(on_cancel)
+        sent = not self._withdraw(id_)
+        if sent:
+            self.send((wire.CANCEL, id_))  # (read when the host is back: it drops the request)
+        self._done(sent)
+        if not future.done():
+            future.set_result(InferResponse(request.model_name, request.model_version, request.id,
+                                            error=unavailable(TIMEOUT_EXPIRED)))
+
     async def stream(self, request: InferRequest, view: ModelView | None = None) -> AsyncIterator[InferResponse]:
         if not self.accepting:
             raise unavailable("Server is not ready to accept requests (shutting down)")
         id_ = self._id()
         queue: asyncio.Queue[InferResponse] = asyncio.Queue()
         self._queues[id_] = queue
-        self._forward(id_, self._request(wire.STREAM, id_, request, view))
+        try:
+            self._forward(id_, self._request(wire.STREAM, id_, request, view))
+        except BaseException:
+            del self._queues[id_]
+            raise
         ended = False
         try:
             while True:
@@ -355,154 +495,97 @@ class RemoteService(ChannelEnd, Service):
 
     # --- calls --------------------------------------------------------------------------------------------------
 
-    def _call(self, method: str, *args: Any) -> Any:
-        """A synchronous call: send it, then read the channel (answering whatever else comes) until its reply."""
-        id_ = self._id()
-        self._calls[id_] = None
-        self._out.append((wire.CALL, id_, method, args))
-        self._flush()  # now, after what was queued before it
-        sock = self.channel.sock
-        while self._calls.get(id_) is None:
-            writing = [sock] if self.channel._backlog else []
-            readable, writable, _ = select.select([sock], writing, [], CALL_TIMEOUT)
-            if writable:
-                self.channel.flush()
-            if readable:
-                self._on_readable()
-                self._flush()  # what it answered meanwhile (the host may be waiting for it: USED)
-            elif not writable:
-                del self._calls[id_]
-                raise unavailable("the model host did not answer")
-            if self.channel.closed:
-                raise unavailable("the model host is gone")
-        ok, value = self._calls.pop(id_)
-        if not ok:
-            raise error_of(value)
-        return value
-
-    async def _call_async(self, method: str, *args: Any) -> Any:
+    async def _call(self, method: str, *args: Any) -> Any:
+        """Ask the host; its answer, or UNAVAILABLE when none comes within the call's deadline."""
         assert self.loop is not None
         id_ = self._id()
         future = self.loop.create_future()
         self._calls[id_] = future
         self.send((wire.CALL, id_, method, args))
+        seconds = CHANGE_SECONDS if method in wire.CHANGES else CALL_SECONDS
         try:
-            ok, value = await future
+            ok, value = await asyncio.wait_for(future, seconds)
+        except asyncio.TimeoutError:
+            raise unavailable(f"the model host did not answer within {seconds:.0f} s") from None
         finally:
             self._calls.pop(id_, None)
         if not ok:
             raise error_of(value)
         return value
 
-    def model(self, name: str, version: str = "") -> ModelView:
-        view = self._views.get((name, version))
+    async def model(self, name: str, version: str = "") -> ModelView:
+        view = self.view(name, version)
         if view is None:
-            fields, number, config = self._call("model", name, version)  # (a wire.View)
-            view = self._views[(name, version)] = ModelView._make((*fields, Precheck(number, config)))
+            seen = self._invalidated
+            view = self._kept((name, version), await self._call("model", name, version), seen)
         return view
 
-    @property  # type: ignore[override]
-    def live(self) -> bool:
-        return bool(self._call("live"))
-
-    @live.setter
-    def live(self, value: bool) -> None:
-        pass  # the host's
-
-    @property  # type: ignore[override]
-    def server_id(self) -> str:
-        return str(self._call("server_id"))
-
-    @server_id.setter
-    def server_id(self, value: str) -> None:
-        pass
-
-    def is_ready(self) -> bool:
-        return self.accepting and bool(self._call("is_ready"))
-
-    def server_metadata(self) -> dict[str, Any]:
-        return self._call("server_metadata")  # type: ignore[no-any-return]
-
-    def model_ready(self, name: str, version: str = "") -> bool:
-        return bool(self._call("model_ready", name, version))
-
-    def model_metadata(self, name: str, version: str = "") -> dict[str, Any]:
-        return self._call("model_metadata", name, version)  # type: ignore[no-any-return]
-
-    def model_config(self, name: str, version: str = "") -> dict[str, Any]:
-        return self._call("model_config", name, version)  # type: ignore[no-any-return]
-
-    def model_config_message(self, name: str, version: str = "") -> ModelConfig:
-        config = ModelConfig()
-        config.ParseFromString(self._call("model_config_message", name, version))
-        return config
-
-    def model_statistics(self, name: str = "", version: str = "") -> dict[str, Any]:
-        return self._call("model_statistics", name, version)  # type: ignore[no-any-return]
-
-    def repository_index(self, ready_only: bool = False) -> list[dict[str, str]]:
-        return self._call("repository_index", ready_only)  # type: ignore[no-any-return]
-
-    async def load_model(self, name: str, config: str | None = None, files: dict[str, bytes] | None = None,
-                         consent: CodeConsent | None = None) -> None:
-        await self._call_async("load_model", name, config, files,
-                               None if consent is None else (consent.keyed, consent.restrict))
-
-    async def unload_model(self, name: str, unload_dependents: bool = False) -> None:
-        await self._call_async("unload_model", name, unload_dependents)
-
-    @property
-    def control_mode(self) -> str:
-        return str(self._call("control_mode"))
-
-    def model_metrics(self, quantiles: list[float] | None = None) -> list[dict[str, Any]]:
-        return self._call("model_metrics", quantiles)  # type: ignore[no-any-return]
-
-    @property
-    def sagemaker(self) -> bool:
-        return bool(self._call("sagemaker"))
-
-    def sagemaker_models(self) -> list[dict[str, Any]]:
-        return self._call("sagemaker_models")  # type: ignore[no-any-return]
-
-    def sagemaker_model(self, key: str) -> dict[str, Any] | None:
-        return self._call("sagemaker_model", key)  # type: ignore[no-any-return]
-
-    async def sagemaker_load(self, key: str, url: str, target: str) -> None:
-        await self._call_async("sagemaker_load", key, url, target)
-
-    async def sagemaker_unload(self, key: str) -> None:
-        await self._call_async("sagemaker_unload", key)
-
-    def sagemaker_touch(self, name: str) -> bool:
-        return bool(self._call("sagemaker_touch", name))
-
-    def sagemaker_hit(self, target: str) -> ModelView | None:
-        # The view comes with the answer where none is kept here: no second call (in which an eviction could
-        # come) between the hit and the request.
-        view = self._views.get((target, ""))
-        seen = self._invalidated
-        hit, fresh = self._call("sagemaker_hit", target, view is None)
-        if not hit:
-            return None
-        return view if fresh is None else self._resident_view(target, fresh, seen)
-
-    async def sagemaker_ensure(self, target: str) -> ModelView:
-        seen = self._invalidated
-        return self._resident_view(target, await self._call_async("sagemaker_ensure", target), seen)
-
-    def _resident_view(self, target: str, fresh: tuple, seen: int) -> ModelView:
-        """A view that came with a hit or a load; kept unless the views were invalidated since the call went (it
-        may be stale then: good for this request, which the host checks and loads again as needed)."""
+    def _kept(self, key: tuple[str, str], fresh: tuple, seen: int) -> ModelView:
+        """A view that came from the host (a ``wire.View``); kept unless the views were invalidated since the call
+        went (it may be stale then: good for this request, which the host checks again as needed)."""
         fields, number, config = fresh
         view = ModelView._make((*fields, Precheck(number, config)))
         if self._invalidated == seen:
-            self._views[(target, "")] = view
+            self._views[key] = view
         return view
+
+    async def model_metadata(self, name: str, version: str = "") -> dict[str, Any]:
+        return await self._call("model_metadata", name, version)  # type: ignore[no-any-return]
+
+    async def model_config(self, name: str, version: str = "") -> dict[str, Any]:
+        return await self._call("model_config", name, version)  # type: ignore[no-any-return]
+
+    async def model_config_message(self, name: str, version: str = "") -> ModelConfig:
+        config = ModelConfig()
+        config.ParseFromString(await self._call("model_config_message", name, version))
+        return config
+
+    async def model_statistics(self, name: str = "", version: str = "") -> dict[str, Any]:
+        return await self._call("model_statistics", name, version)  # type: ignore[no-any-return]
+
+    async def repository_index(self, ready_only: bool = False) -> list[dict[str, str]]:
+        return await self._call("repository_index", ready_only)  # type: ignore[no-any-return]
+
+    async def load_model(self, name: str, config: str | None = None, files: dict[str, bytes] | None = None,
+                         consent: CodeConsent | None = None) -> None:
+        await self._call("load_model", name, config, files,
+                         None if consent is None else (consent.keyed, consent.restrict))
+
+    async def unload_model(self, name: str, unload_dependents: bool = False) -> None:
+        await self._call("unload_model", name, unload_dependents)
+
+    def model_metrics(self, quantiles: list[float] | None = None) -> list[dict[str, Any]]:
+        raise internal("the metrics page is served by the model host")
+
+    async def sagemaker_models(self) -> list[dict[str, Any]]:
+        return await self._call("sagemaker_models")  # type: ignore[no-any-return]
+
+    async def sagemaker_model(self, key: str) -> dict[str, Any] | None:
+        return await self._call("sagemaker_model", key)  # type: ignore[no-any-return]
+
+    async def sagemaker_load(self, key: str, url: str, target: str) -> None:
+        await self._call("sagemaker_load", key, url, target)
+
+    async def sagemaker_unload(self, key: str) -> None:
+        await self._call("sagemaker_unload", key)
+
+    def sagemaker_touch(self, name: str) -> bool:
+        self.send((wire.TOUCH, name))
+        return True  # (the host knows whether it is resident; nothing here depends on it)
+
+    def sagemaker_hit(self, target: str) -> ModelView | None:
+        """The view of ``target`` known here (None: await ``sagemaker_ensure``). Its request, sent by
+        ``sagemaker_infer``, is the host's cache hit, or its miss where the model went meanwhile (it loads it again
+        first): no call."""
+        return self.view(target)
+
+    async def sagemaker_ensure(self, target: str) -> ModelView:
+        seen = self._invalidated
+        return self._kept((target, ""), await self._call("sagemaker_ensure", target), seen)
 
     def sagemaker_infer(self, request: InferRequest, view: ModelView) -> asyncio.Future[InferResponse]:
         """As ``infer``, sent as ``ENSURED``: the host marks the model used, or loads it again first where an
-        eviction came since the hit or the load that gave ``view``."""
+        eviction came since the load that gave ``view``."""
         if not self.accepting:
             raise unavailable("Server is not ready to accept requests (shutting down)")
         return self._send_unary(wire.ENSURED, request, view)
@@ -510,28 +593,44 @@ class RemoteService(ChannelEnd, Service):
     def sagemaker_stats(self) -> EndpointStats:
         return self.stats
 
-    def sagemaker_models_root(self) -> Path:
-        return Path(self._call("sagemaker_models_root"))
-
     def sagemaker_metrics(self) -> dict[str, Any]:
         raise internal("the metrics page is served by the model host")
 
-    def trace_settings(self, model: str = "") -> dict[str, Any]:
-        return self._call("trace_settings", model)  # type: ignore[no-any-return]
+    async def shm_register(self, name: str, key: str, offset: int, byte_size: int) -> None:
+        await self._call("shm_register", name, key, offset, byte_size)  # (REGION comes before the answer)
 
-    def update_trace_settings(self, model: str, changes: dict[str, Any]) -> None:
-        self._call("update_trace_settings", model, changes)
+    async def shm_unregister(self, name: str) -> None:
+        await self._call("shm_unregister", name)  # the host asks every front end whether a request holds it
 
-    def log_settings_values(self) -> dict[str, Any]:
-        return self._call("log_settings_values")  # type: ignore[no-any-return]
+    async def shm_unregister_all(self) -> None:
+        await self._call("shm_unregister_all")
 
-    def update_log_settings(self, changes: dict[str, Any]) -> None:
-        self._call("update_log_settings", changes)
+    async def shm_status(self, name: str = "") -> list[dict[str, Any]]:
+        return await self._call("shm_status", name)  # type: ignore[no-any-return]
 
-    def dashboard_feed(self, port: str) -> dict[str, Any]:
-        return self._call("dashboard_feed", port)  # type: ignore[no-any-return]
+    async def shm_cuda_status(self, name: str = "") -> list[dict[str, Any]]:
+        return await self._call("shm_cuda_status", name)  # type: ignore[no-any-return]
+
+    async def shm_cuda_register(self, name: str) -> None:
+        await self._call("shm_cuda_register", name)
+
+    async def trace_settings(self, model: str = "") -> dict[str, Any]:
+        return await self._call("trace_settings", model)  # type: ignore[no-any-return]
+
+    async def update_trace_settings(self, model: str, changes: dict[str, Any]) -> None:
+        await self._call("update_trace_settings", model, changes)
+
+    async def log_settings_values(self) -> dict[str, Any]:
+        return await self._call("log_settings_values")  # type: ignore[no-any-return]
+
+    async def update_log_settings(self, changes: dict[str, Any]) -> None:
+        await self._call("update_log_settings", changes)
+
+    async def dashboard_feed(self, port: str) -> dict[str, Any]:
+        return await self._call("dashboard_feed", port)  # type: ignore[no-any-return]
 
     def close(self) -> None:
+        self._stop_sweeping()
         if not self.channel.closed:
             self._flush()
         if self.loop is not None:
@@ -541,6 +640,7 @@ class RemoteService(ChannelEnd, Service):
             except (ValueError, OSError):
                 pass
         self.channel.close()
+        self.closed = True
         self.shared_memory.close()
 
 

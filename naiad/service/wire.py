@@ -25,6 +25,7 @@ class Kind(IntEnum):
     # made resident just before: the host marks it used and queues it, or, where an eviction took the model in
     # between, loads it again first (as one process, which queues it within the hit or the load, would have).
     ENSURED = 107
+    TOUCH = 108  # an invocation of a SageMaker model (by name) queued as INFER: mark it used (no answer)
     # Host -> front end.
     RESULT = 110  # one response to INFER or STREAM
     REPLY = 111  # the answer to a CALL
@@ -32,13 +33,26 @@ class Kind(IntEnum):
     SHM = 113  # shared-memory regions were unregistered (names, or None: all): close them
     LOGS = 115  # the log settings changed (the changes): apply them here too
     USES = 114  # which of these regions (names, or None: all) does a request here hold?
+    # What the host's face answers at once, pushed when it changes (and before any answer that changed it), else
+    # every ``hosting.BEAT_SECONDS`` as a BEAT: a front end that hears nothing for a while knows the host stalled.
+    STATE = 116  # a ``State``
+    REGION = 117  # a shared-memory region was registered (name, key, offset, byte_size): requests may name it
+    # The views of every version that serves (after each INVALIDATE, and at start): [(name, version, *View)], so a
+    # front end resolves a request without asking (one that stalled host could not answer).
+    VIEWS = 118
+    # Either way.
+    BEAT = 120  # nothing: a heartbeat, or a send that carries what the arena announces (segments new and dropped)
+    PART = 121  # a part of a message too large for a datagram, sent so where shared memory ran short
+    LOST = 122  # a segment whose announcement could not be read here (descriptors ran out): announce it again
 
 
 # The kinds as plain ints (marshal carries no enum).
 INFER, STREAM, CANCEL, CALL, READY = int(Kind.INFER), int(Kind.STREAM), int(Kind.CANCEL), int(Kind.CALL), int(Kind.READY)
 RESULT, REPLY, INVALIDATE, SHM = int(Kind.RESULT), int(Kind.REPLY), int(Kind.INVALIDATE), int(Kind.SHM)
 USED, USES, LOGS, STATS = int(Kind.USED), int(Kind.USES), int(Kind.LOGS), int(Kind.STATS)
-ENSURED = int(Kind.ENSURED)
+ENSURED, TOUCH, STATE, REGION = int(Kind.ENSURED), int(Kind.TOUCH), int(Kind.STATE), int(Kind.REGION)
+VIEWS = int(Kind.VIEWS)
+BEAT, PART, LOST = int(Kind.BEAT), int(Kind.PART), int(Kind.LOST)
 REFUSED = 2  # a RESULT's ``final`` when the face raised the error instead of answering it (stream refusals)
 
 
@@ -64,6 +78,26 @@ class Request(NamedTuple):
     # What that check changed (``precheck.Undo``; None: nothing but the batch size): where another version serves
     # the request, the host puts it back as the client sent it before checking it.
     undo: tuple | None = None
+
+
+class State(NamedTuple):
+    """What a front end answers health and static questions from, without asking the host."""
+    kind: int
+    live: bool
+    ready: bool  # the server's readiness, as ``Service.is_ready``
+    failure: str | None  # the server could not be created: model requests are refused "Server not ready"
+    models: dict[str, dict[str, bool]]  # model -> version ("" for the policy's choice) -> ready
+    server_id: str
+    control_mode: str
+    sagemaker: bool
+    models_root: str  # SageMaker's multi-model layout ("" without SageMaker)
+
+
+class Part(NamedTuple):
+    kind: int
+    number: int  # the sender's number for the message, unique among its messages in parts
+    last: bool
+    data: bytes  # the next slice of the message's encoding
 
 
 class Result(NamedTuple):
@@ -105,16 +139,14 @@ class View(NamedTuple):
     config: bytes  # the version's ModelConfig, serialized: the front end builds its signature from it
 
 
-# Face methods the host answers by CALL (plain arguments and results). ``infer``, ``stream`` and ``model`` have
-# their own paths; everything else a front end may ask is here, and nothing more is callable. The target's view
-# comes with "sagemaker_ensure" (a ``View``) and, where its second argument asks for it, "sagemaker_hit" (``(hit,
-# View | None)``): the request that follows needs no other call, in which an eviction could come.
+# Face methods the host answers by CALL (plain arguments and results): the face's coroutines. ``infer`` and ``stream``
+# have their own paths, and what a front end answers at once comes with the pushed ``State``; nothing more is
+# callable. "model" answers a ``View``; so does "sagemaker_ensure", the target's view: the request that follows
+# needs no other call, in which an eviction could come.
 CALLS = frozenset({
-    "live", "accepting", "sagemaker", "control_mode", "in_flight", "server_id",
-    "model", "is_ready", "server_metadata", "model_ready", "model_metadata", "model_config",
-    "model_config_message", "model_statistics", "repository_index", "load_model", "unload_model", "model_metrics",
-    "sagemaker_models", "sagemaker_model", "sagemaker_load", "sagemaker_unload", "sagemaker_touch",
-    "sagemaker_hit", "sagemaker_ensure", "sagemaker_models_root",
+    "model", "model_metadata", "model_config", "model_config_message", "model_statistics", "repository_index",
+    "load_model", "unload_model",
+    "sagemaker_models", "sagemaker_model", "sagemaker_load", "sagemaker_unload", "sagemaker_ensure",
     "shm_register", "shm_unregister", "shm_unregister_all", "shm_status", "shm_cuda_status", "shm_cuda_register",
     "trace_settings", "update_trace_settings", "log_settings_values", "update_log_settings", "dashboard_feed",
 })

@@ -87,7 +87,7 @@ def test_answered_once_cancelled_never_refused_at_once_and_cut_at_shutdown(tmp_p
             got = await _results(front, 2)
             assert sorted(got) == [1, 3]
             assert got[1][5][0][0] == "OUTPUT0" and got[1][7] is None and got[1][8] is True
-            stats = service.model_statistics("slow")["model_stats"][0]["inference_stats"]
+            stats = (await service.model_statistics("slow"))["model_stats"][0]["inference_stats"]
             assert stats["success"]["count"] == 2 and stats["fail"]["count"] == 1  # 2: cancelled unrun
             await asyncio.sleep(0.1)
             assert not await _results(front, 1, 0.2)  # nothing more: no answer for the cancelled request
@@ -186,7 +186,7 @@ def test_the_host_skips_its_check_only_for_the_version_the_front_end_checked_aga
             ((_, _, _, _, _, _, _, error, _),) = (await _results(front, 1)).values()
             assert error[2].startswith(SHAPE_ERROR.format(7))
 
-            stats = {s["version"]: s for s in service.model_statistics("reshaped")["model_stats"]}
+            stats = {s["version"]: s for s in (await service.model_statistics("reshaped"))["model_stats"]}
             # Trusted requests count as any other, with the batch size the front end's check set; refusals as before.
             assert stats["2"]["inference_stats"]["success"]["count"] == 3 and stats["2"]["inference_count"] == 9
             assert stats["1"]["inference_stats"]["success"]["count"] == 3 and stats["1"]["inference_count"] == 9

@@ -77,30 +77,31 @@ def test_requests_are_checked_before_they_go_and_sent_as_they_came_when_they_fai
         back.settimeout(10)  # (a front end that asks nothing leaves the host's thread waiting no longer)
         config = parse_config_text(CONFIG).SerializeToString()
 
-        def view(number: int) -> Precheck:
-            """The front end asks for the view (a synchronous call); the host answers it from another thread."""
+        async def view(number: int) -> Precheck:
+            """The front end asks for the view (a call it awaits, its loop free meanwhile); the host answers it from
+            another thread."""
             def answer() -> None:
                 (call,) = host.receive(wait=True)
                 assert call[0] == wire.CALL and call[2:] == ("model", ("m", ""))
                 host.send((wire.REPLY, call[1], True, tuple(wire.View(tuple(VIEW)[:-1], number, config))))
+            assert service.view("m", "") is None  # not known here: ask
             thread = threading.Thread(target=answer)
             thread.start()
-            got = service.model("m", "")
+            got = await service.model("m", "")
             thread.join()
             assert got[:-1] == VIEW[:-1] and isinstance(got.handle, Precheck)
             return got.handle
 
         try:
-            assert view(5).number == 5
-            assert service.model("m", "").handle.number == 5  # kept: no second call
+            assert (await view(5)).number == 5
+            kept = service.view("m", "")
+            assert kept is not None and kept.handle.number == 5  # kept: no second call
 
             a = np.arange(12, dtype=np.float32).reshape(3, 4)
-            service.infer(InferRequest("m", "", "ok", {"A": a, "B": np.zeros((3, 2), np.int32)}),
-                          service.model("m", ""))
+            service.infer(InferRequest("m", "", "ok", {"A": a, "B": np.zeros((3, 2), np.int32)}), kept)
             # B's datatype is wrong; A, checked first, passed (and was reshaped in the check's own copy).
             service.infer(InferRequest("m", "", "bad", {"B": np.zeros((1, 2), np.float32),
-                                                          "A": np.zeros((1, 4), np.float32)}),
-                          service.model("m", ""))
+                                                          "A": np.zeros((1, 4), np.float32)}), kept)
             service.infer(InferRequest("m", "", "no view", {"A": a}), VIEW)  # a view without a signature
             await asyncio.sleep(0)
             sent = {r.request_id: r for r in map(wire.Request._make, await asyncio.to_thread(host.receive, True))}
@@ -115,7 +116,7 @@ def test_requests_are_checked_before_they_go_and_sent_as_they_came_when_they_fai
             # The repository changed: the view goes, and with it the number it came with.
             host.send((wire.INVALIDATE,))
             await asyncio.sleep(0.1)
-            assert view(6).number == 6
+            assert (await view(6)).number == 6
         finally:
             service.close()
             host.close()

@@ -19,7 +19,7 @@ from pathlib import Path
 import orjson
 
 from naiad.core.restricted import Restrictions
-from naiad.frontends.replies import JSON, Reply
+from naiad.frontends.replies import JSON, Deferred, Reply, later
 from naiad.frontends.replies import method_not_allowed as _method_not_allowed
 from naiad.service import Service
 
@@ -61,7 +61,7 @@ class Dashboard:
         self._built = 0.0
         self._feed = b""
 
-    def handle(self, method: bytes, path: str, headers: dict[bytes, bytes]) -> Reply | None:
+    def handle(self, method: bytes, path: str, headers: dict[bytes, bytes]) -> Reply | Deferred | None:
         """The reply for a dashboard path; None for any other path (the port's own 404 / 400 then)."""
         if path == FEED:
             if method not in (b"GET", b"HEAD"):
@@ -69,7 +69,9 @@ class Dashboard:
             for key, value, refusal in self.rules:
                 if headers.get(key) != value:
                     return refusal
-            return Reply(200, self.feed(), JSON, _FEED_HEADERS)
+            if time.monotonic() - self._built < FRESH_S:
+                return Reply(200, self._feed, JSON, _FEED_HEADERS)
+            return later(self._fresh())
         page = self.files.get(path)
         if page is None:
             if path == "/dashboard/":
@@ -80,10 +82,9 @@ class Dashboard:
             return _method_not_allowed()
         return page
 
-    def feed(self) -> bytes:
-        now = time.monotonic()
-        if now - self._built >= FRESH_S:  # asking for the feed also keeps the per-second sampling on
-            self._feed = orjson.dumps(self.service.dashboard_feed(self.port))
-            self._built = now
-        return self._feed
+    async def _fresh(self) -> Reply:
+        # Asking for the feed also keeps the per-second sampling on.
+        self._feed = orjson.dumps(await self.service.dashboard_feed(self.port))
+        self._built = time.monotonic()
+        return Reply(200, self._feed, JSON, _FEED_HEADERS)
 

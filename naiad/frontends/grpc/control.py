@@ -37,28 +37,28 @@ class Control:
     def ServerMetadata(self, request: pb.ServerMetadataRequest) -> pb.ServerMetadataResponse:
         return pb.ServerMetadataResponse(**self.service.server_metadata())
 
-    def ModelMetadata(self, request: pb.ModelMetadataRequest) -> pb.ModelMetadataResponse:
-        meta = self.service.model_metadata(request.name, parse_version(request.version))
+    async def ModelMetadata(self, request: pb.ModelMetadataRequest) -> pb.ModelMetadataResponse:
+        meta = await self.service.model_metadata(request.name, parse_version(request.version))
         tensor = pb.ModelMetadataResponse.TensorMetadata
         return pb.ModelMetadataResponse(
             name=meta["name"], versions=meta["versions"], platform=meta["platform"],
             inputs=[tensor(**t) for t in meta["inputs"]], outputs=[tensor(**t) for t in meta["outputs"]],
         )
 
-    def ModelConfig(self, request: pb.ModelConfigRequest) -> pb.ModelConfigResponse:
+    async def ModelConfig(self, request: pb.ModelConfigRequest) -> pb.ModelConfigResponse:
         # The very message the HTTP /config JSON is rendered from.
-        return pb.ModelConfigResponse(config=self.service.model_config_message(request.name,
-                                                                             parse_version(request.version)))
+        return pb.ModelConfigResponse(config=await self.service.model_config_message(
+            request.name, parse_version(request.version)))
 
-    def ModelStatistics(self, request: pb.ModelStatisticsRequest) -> pb.ModelStatisticsResponse:
-        stats = self.service.model_statistics(request.name, parse_version(request.version))
+    async def ModelStatistics(self, request: pb.ModelStatisticsRequest) -> pb.ModelStatisticsResponse:
+        stats = await self.service.model_statistics(request.name, parse_version(request.version))
         # Triton's statistics JSON uses the protobuf field names, so the library maps it field for field.
         return json_format.ParseDict(stats, pb.ModelStatisticsResponse())
 
     # --- repository ---------------------------------------------------------------------------------------------
 
-    def RepositoryIndex(self, request: pb.RepositoryIndexRequest) -> pb.RepositoryIndexResponse:
-        rows = self.service.repository_index(request.ready)
+    async def RepositoryIndex(self, request: pb.RepositoryIndexRequest) -> pb.RepositoryIndexResponse:
+        rows = await self.service.repository_index(request.ready)
         return pb.RepositoryIndexResponse(models=[pb.RepositoryIndexResponse.ModelIndex(**row) for row in rows])
 
     async def RepositoryModelLoad(self, request: pb.RepositoryModelLoadRequest) -> pb.RepositoryModelLoadResponse:
@@ -77,30 +77,33 @@ class Control:
 
     # --- shared memory -------------------------------------------------------------------------------------------
 
-    def SystemSharedMemoryStatus(self, request: pb.SystemSharedMemoryStatusRequest
-                                 ) -> pb.SystemSharedMemoryStatusResponse:
+    async def SystemSharedMemoryStatus(self, request: pb.SystemSharedMemoryStatusRequest
+                                       ) -> pb.SystemSharedMemoryStatusResponse:
         status = pb.SystemSharedMemoryStatusResponse.RegionStatus
         return pb.SystemSharedMemoryStatusResponse(regions={
-            region["name"]: status(**region) for region in self.service.shared_memory.status(request.name)})
+            region["name"]: status(**region) for region in await self.service.shm_status(request.name)})
 
-    def SystemSharedMemoryRegister(self, request: pb.SystemSharedMemoryRegisterRequest
-                                   ) -> pb.SystemSharedMemoryRegisterResponse:
-        self.service.shared_memory.register(request.name, request.key, request.offset, request.byte_size)
+    async def SystemSharedMemoryRegister(self, request: pb.SystemSharedMemoryRegisterRequest
+                                         ) -> pb.SystemSharedMemoryRegisterResponse:
+        await self.service.shm_register(request.name, request.key, request.offset, request.byte_size)
         return pb.SystemSharedMemoryRegisterResponse()
 
-    def SystemSharedMemoryUnregister(self, request: pb.SystemSharedMemoryUnregisterRequest
-                                     ) -> pb.SystemSharedMemoryUnregisterResponse:
-        registry = self.service.shared_memory
-        registry.unregister(request.name) if request.name else registry.unregister_all()
+    async def SystemSharedMemoryUnregister(self, request: pb.SystemSharedMemoryUnregisterRequest
+                                           ) -> pb.SystemSharedMemoryUnregisterResponse:
+        if request.name:
+            await self.service.shm_unregister(request.name)
+        else:
+            await self.service.shm_unregister_all()
         return pb.SystemSharedMemoryUnregisterResponse()
 
-    def CudaSharedMemoryStatus(self, request: pb.CudaSharedMemoryStatusRequest) -> pb.CudaSharedMemoryStatusResponse:
-        self.service.shared_memory.cuda_status(request.name)  # no CUDA region can exist: only errors to give
+    async def CudaSharedMemoryStatus(self, request: pb.CudaSharedMemoryStatusRequest
+                                     ) -> pb.CudaSharedMemoryStatusResponse:
+        await self.service.shm_cuda_status(request.name)  # no CUDA region can exist: only errors to give
         return pb.CudaSharedMemoryStatusResponse()
 
-    def CudaSharedMemoryRegister(self, request: pb.CudaSharedMemoryRegisterRequest
-                                 ) -> pb.CudaSharedMemoryRegisterResponse:
-        self.service.shared_memory.cuda_register(request.name)
+    async def CudaSharedMemoryRegister(self, request: pb.CudaSharedMemoryRegisterRequest
+                                       ) -> pb.CudaSharedMemoryRegisterResponse:
+        await self.service.shm_cuda_register(request.name)
         return pb.CudaSharedMemoryRegisterResponse()
 
     def CudaSharedMemoryUnregister(self, request: pb.CudaSharedMemoryUnregisterRequest
@@ -109,24 +112,24 @@ class Control:
 
     # --- trace and log settings ------------------------------------------------------------------------------------
 
-    def TraceSetting(self, request: pb.TraceSettingRequest) -> pb.TraceSettingResponse:
+    async def TraceSetting(self, request: pb.TraceSettingRequest) -> pb.TraceSettingResponse:
         model = request.model_name
         if model and not self.service.model_ready(model):
             raise invalid(f"Request for unknown model : {model}")
         if request.settings:
             # An empty value list clears a setting.
             values = {key: list(setting.value) or None for key, setting in request.settings.items()}
-            self.service.update_trace_settings(model, trace_changes(values))
+            await self.service.update_trace_settings(model, trace_changes(values))
         value = pb.TraceSettingResponse.SettingValue
         return pb.TraceSettingResponse(settings={k: value(value=v)
-                                                 for k, v in self.service.trace_settings(model).items()})
+                                                 for k, v in (await self.service.trace_settings(model)).items()})
 
-    def LogSettings(self, request: pb.LogSettingsRequest) -> pb.LogSettingsResponse:
+    async def LogSettings(self, request: pb.LogSettingsRequest) -> pb.LogSettingsResponse:
         if request.settings:
-            self.service.update_log_settings(log_changes(_log_values(request.settings)))
+            await self.service.update_log_settings(log_changes(_log_values(request.settings)))
         value = pb.LogSettingsResponse.SettingValue
         settings: dict[str, Any] = {}
-        for key, current in self.service.log_settings_values().items():
+        for key, current in (await self.service.log_settings_values()).items():
             if isinstance(current, bool):
                 settings[key] = value(bool_param=current)
             elif isinstance(current, int):

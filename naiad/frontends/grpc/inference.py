@@ -75,13 +75,20 @@ class Inference:
             (k, v) for k, v in pairs
             if not (k.startswith((":", "grpc-")) or k.endswith("-bin") or k in ("te", "content-type")))
 
-    def begin(self, message: pb.ModelInferRequest, metadata: Any = None
-              ) -> tuple[asyncio.Future, ModelView, OutputOptions]:
-        """Decode and queue a ModelInfer request (raises ``InferError``): the half every server engine shares.
-        ``metadata`` (see ``forwarded``) is read only when headers are forwarded."""
-        service = self.service
+    def view(self, message: pb.ModelInferRequest) -> ModelView | None:
+        """The view of the version the request names, where known now (else await ``model``); raises ``InferError``."""
         version = message.model_version
-        model = service.model(message.model_name, parse_version(version) if version else "")
+        return self.service.view(message.model_name, parse_version(version) if version else "")
+
+    async def model(self, message: pb.ModelInferRequest) -> ModelView:
+        version = message.model_version
+        return await self.service.model(message.model_name, parse_version(version) if version else "")
+
+    def begin(self, message: pb.ModelInferRequest, model: ModelView, metadata: Any = None
+              ) -> tuple[asyncio.Future, ModelView, OutputOptions]:
+        """Decode and queue a ModelInfer request for ``model``'s version (raises ``InferError``): the half every
+        server engine shares. ``metadata`` (see ``forwarded``) is read only when headers are forwarded."""
+        service = self.service
         if model.decoupled:
             raise InferError(_DECOUPLED_INFER, Code.UNSUPPORTED)
         request, options = decode_request(message, model, service.shared_memory)
@@ -98,7 +105,7 @@ class Inference:
 
     async def ModelInfer(self, message: pb.ModelInferRequest, context: Any) -> pb.ModelInferResponse | None:
         try:
-            future, model, options = self.begin(message, context)
+            future, model, options = self.begin(message, self.view(message) or await self.model(message), context)
             # A model that answers inline has already resolved the future: skip the suspension.
             response = future.result() if future.done() else await future
             return self.finish(response, model, options)
@@ -156,10 +163,17 @@ class _Stream(OrderedStream):
         finally:
             self.done_reading()
 
-    def _start(self, message: pb.ModelInferRequest) -> None:
+    def _start(self, message: pb.ModelInferRequest, model: ModelView | None = None,
+               reserved: Slot | None = None) -> None:
+        """Decode and run one request of the stream; ``reserved``: the slot its answer takes (its place in the
+        stream's order), kept while its view was asked for (``_start_later``)."""
         decoupled = False
         try:
-            model = self.service.model(message.model_name, parse_version(message.model_version))
+            if model is None:
+                model = self.service.view(message.model_name, parse_version(message.model_version))
+                if model is None:  # not known here yet (the model host's, across processes): ask, in order
+                    self.start(self._start_later(message, self.slot()))
+                    return
             decoupled = model.decoupled
             request, options = decode_request(message, model, self.service.shared_memory)
             if self.forwarded:
@@ -168,12 +182,24 @@ class _Stream(OrderedStream):
             if not isinstance(exc, InferError):
                 log.exception("stream request failed")
                 exc = internal(f"{type(exc).__name__}: {exc}")
-            refused = self.slot()
+            refused = reserved or self.slot()
             refused.items.append(stream_error(exc, message))
             self.complete(refused)
             return
-        slot = None if decoupled else self.slot()
+        if reserved is not None and decoupled:
+            self.complete(reserved)  # (a decoupled model's responses go as they come: no place held)
+            reserved = None
+        slot = None if decoupled else (reserved or self.slot())
         self.start(self._run(message, model, request, options, decoupled, slot))
+
+    async def _start_later(self, message: pb.ModelInferRequest, reserved: Slot) -> None:
+        try:
+            model = await self.service.model(message.model_name, parse_version(message.model_version))
+        except InferError as exc:
+            reserved.items.append(stream_error(exc, message))
+            self.complete(reserved)
+            return
+        self._start(message, model, reserved)
 
     async def _run(self, message: pb.ModelInferRequest, model: ModelView, request: Any, options: OutputOptions,
                    decoupled: bool, slot: Slot | None) -> None:

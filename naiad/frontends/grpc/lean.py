@@ -36,6 +36,7 @@ import grpc
 
 from naiad.core.errors import InferError
 from naiad.core.inflate import DEFLATE, GZIP, TooLarge, inflate
+from naiad.core.model_view import ModelView
 from naiad.frontends.connections import PORT_FULL, Gate, peer_address
 from naiad.frontends.grpc.budget import Budget, stream_window
 from naiad.frontends.grpc.inference import UNPARSABLE_MESSAGE, Inference
@@ -437,11 +438,17 @@ class Connection(asyncio.Protocol):
             return
         call.task = asyncio.ensure_future(self.run_unary(call, request))
 
-    def model_infer(self, call: Call, request: Any) -> None:
-        """The hot path: queue the request and answer from the future's callback, no task in between."""
+    def model_infer(self, call: Call, request: Any, model: ModelView | None = None) -> None:
+        """The hot path: queue the request and answer from the future's callback, no task in between (a task only
+        where the model's view must be asked for first: ``model_infer_later``)."""
         inference = self.inference
         try:
-            future, model, options = inference.begin(request, call.headers)
+            if model is None:
+                model = inference.view(request)
+                if model is None:
+                    call.task = asyncio.ensure_future(self.model_infer_later(call, request))
+                    return
+            future, model, options = inference.begin(request, model, call.headers)
         except InferError as exc:
             self.trailers_only(call, GRPC_STATUS[exc.code], exc.message)
             return
@@ -469,6 +476,15 @@ class Connection(asyncio.Protocol):
         else:
             call.future = future
             future.add_done_callback(done)
+
+    async def model_infer_later(self, call: Call, request: Any) -> None:
+        try:
+            model = await self.inference.model(request)
+        except InferError as exc:
+            self.trailers_only(call, GRPC_STATUS[exc.code], exc.message)
+            return
+        if not call.closed:
+            self.model_infer(call, request, model)
 
     async def run_unary(self, call: Call, request: Any) -> None:
         context = Context(tuple(call.headers.items()))

@@ -1,5 +1,6 @@
-"""Maps KServe v2 / Triton HTTP routes onto the service. Every handler returns a ``Reply`` or, for
-inference, a ``Deferred`` the protocol completes when the model answers.
+"""Maps KServe v2 / Triton HTTP routes onto the service. Every handler returns a ``Reply`` or a ``Deferred`` the
+protocol completes when the model answers (inference) or the service does (``later``: metadata, config, statistics,
+the repository, settings, shared memory: calls that may go to the model host, never waited for on the loop).
 """
 
 from __future__ import annotations
@@ -33,7 +34,10 @@ from naiad.frontends.replies import (
     Reply,
     Streamed,
     error_reply,
+    json_later,
     json_reply,
+    later,
+    settle,
 )
 from naiad.frontends.replies import method_not_allowed as _method_not_allowed
 from naiad.frontends.replies import not_found as _not_found
@@ -84,7 +88,7 @@ class Router:
         n = len(parts)
         if parts[1:2] == ["models"] and n >= 3:
             if n == 3 and parts[2] == "stats":
-                return self._get(method, lambda: json_reply(self.service.model_statistics()))
+                return self._get(method, lambda: later(json_later(self.service.model_statistics())))
             name = parts[2]
             version = ""
             rest = parts[3:]
@@ -94,9 +98,10 @@ class Router:
                 version = str(int(rest[1]))
                 rest = rest[2:]
             if not rest:
-                return self._get(method, lambda: json_reply(self.service.model_metadata(name, version)))
+                return self._get(method, lambda: later(json_later(self.service.model_metadata(name, version))))
             if rest == ["trace", "setting"] and not version:  # Triton has no versioned trace settings
-                return self._settings(method, headers, lambda: settings.trace(self.service, method, name, body))
+                return self._settings(method, headers,
+                                      lambda: later(settings.trace(self.service, method, name, body)))
             if len(rest) == 1:
                 action = rest[0]
                 if action == "infer":
@@ -110,9 +115,10 @@ class Router:
                 if action == "ready":
                     return self._get(method, lambda: _model_ready(self.service.model_ready(name, version)))
                 if action == "config":
-                    return self._get(method, lambda: json_reply(self.service.model_config(name, version)))
+                    return self._get(method, lambda: later(json_later(self.service.model_config(name, version))))
                 if action == "stats":
-                    return self._get(method, lambda: json_reply(self.service.model_statistics(name, version)))
+                    return self._get(method,
+                                     lambda: later(json_later(self.service.model_statistics(name, version))))
             return _not_found()
         if n == 1:
             return self._get(method, lambda: json_reply(self.service.server_metadata()))
@@ -124,14 +130,14 @@ class Router:
         if parts[1] == "repository":
             return self._repository(method, parts[2:], headers, body)
         if parts[1:] == ["trace", "setting"]:
-            return self._settings(method, headers, lambda: settings.trace(self.service, method, "", body))
+            return self._settings(method, headers, lambda: later(settings.trace(self.service, method, "", body)))
         if parts[1:] == ["logging"]:
-            return self._settings(method, headers, lambda: settings.logging(self.service, method, body))
+            return self._settings(method, headers, lambda: later(settings.logging(self.service, method, body)))
         if parts[1] in ("systemsharedmemory", "cudasharedmemory"):
             refused = self.from_browser(headers) if method == b"POST" else None  # register / unregister
             if refused is not None:
                 return refused
-            return shared_memory_route(self.service.shared_memory, method, parts, body)
+            return shared_memory_route(self.service, method, parts, body)
         return _not_found()
 
     def _refused(self, parts: list[str], headers: dict[bytes, bytes]) -> Reply | None:
@@ -149,7 +155,8 @@ class Router:
         reason = self.guard.refusal(headers)
         return None if reason is None else Reply(403, orjson.dumps({"error": reason}))
 
-    def _settings(self, method: bytes, headers: dict[bytes, bytes], produce: Callable[[], Reply]) -> Reply:
+    def _settings(self, method: bytes, headers: dict[bytes, bytes], produce: Callable[[], Reply | Deferred]
+                  ) -> Reply | Deferred:
         """Trace and log settings: read with GET, changed with POST."""
         if method not in (b"GET", b"HEAD", b"POST"):
             return _method_not_allowed()
@@ -160,13 +167,17 @@ class Router:
         return produce()
 
     @staticmethod
-    def _get(method: bytes, produce: Callable[[], Reply]) -> Reply:
+    def _get(method: bytes, produce: Callable[[], Reply | Deferred]) -> Reply | Deferred:
         if method not in (b"GET", b"HEAD"):
             return _method_not_allowed()
         return produce()
 
-    def _infer(self, name: str, version: str, headers: dict[bytes, bytes], body: bytes | bytearray) -> Reply | Deferred:
-        model = self.service.model(name, version)
+    def _infer(self, name: str, version: str, headers: dict[bytes, bytes], body: bytes | bytearray,
+               model: ModelView | None = None) -> Reply | Deferred:
+        if model is None:
+            model = self.service.view(name, version)
+            if model is None:  # not known here yet (the model host's, across processes): ask, then go on
+                return later(self._infer_later(name, version, headers, body))
         if model.decoupled:
             raise InferError("HTTP end point doesn't support models with decoupled transaction policy",
                              Code.UNSUPPORTED)
@@ -192,6 +203,10 @@ class Router:
         accept = headers.get(b"accept-encoding")
         return Deferred(future, lambda f: self._infer_reply(f.result(), options, accept, model))
 
+    async def _infer_later(self, name: str, version: str, headers: dict[bytes, bytes], body: bytes | bytearray
+                           ) -> Reply | Deferred:
+        return self._infer(name, version, headers, body, await self.service.model(name, version))
+
     def _infer_reply(self, response: InferResponse, options: OutputOptions, accept: bytes | None,
                      model: ModelView) -> Reply:
         if response.error is not None:
@@ -208,14 +223,21 @@ class Router:
                           [(b"Inference-Header-Content-Length", str(header_length).encode())])
         return compress(reply, accept) if accept else reply
 
-    def generate(self, name: str, version: str, body: bytes | bytearray, stream: bool) -> Deferred:
-        model = self.service.model(name, version)
+    def generate(self, name: str, version: str, body: bytes | bytearray, stream: bool,
+                 model: ModelView | None = None) -> Deferred:
+        if model is None:
+            model = self.service.view(name, version)
+            if model is None:  # (as in ``_infer``)
+                return later(self._generate_later(name, version, body, stream))
         request = decode_generate(body, model, name, version)
         if stream:
             return Deferred(asyncio.ensure_future(self._generate_stream(request, model)), lambda f: f.result())
         if not model.decoupled:
             return Deferred(self.service.infer(request, model), lambda f: _generate_reply(f.result()))
         return Deferred(asyncio.ensure_future(self._generate_one(request, model)), lambda f: f.result())
+
+    async def _generate_later(self, name: str, version: str, body: bytes | bytearray, stream: bool) -> Any:
+        return await settle(self.generate(name, version, body, stream, await self.service.model(name, version)))
 
     async def _generate_stream(self, request: InferRequest, model: ModelView) -> Reply | Streamed:
         """As Triton: a request refused before inference is a plain JSON error; otherwise the first response
@@ -279,7 +301,7 @@ class Router:
                 except orjson.JSONDecodeError as exc:
                     raise invalid(f"failed to parse the request JSON buffer: {exc}") from None
                 ready_only = bool(isinstance(doc, dict) and doc.get("ready"))
-            return json_reply(self.service.repository_index(ready_only))
+            return later(json_later(self.service.repository_index(ready_only)))
         if len(rest) == 3 and rest[0] == "models" and rest[2] in ("load", "unload") and method == b"POST":
             refused = self.from_browser(headers)
             if refused is not None:

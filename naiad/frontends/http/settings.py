@@ -19,7 +19,7 @@ from naiad.service import Service
 _JSON_TYPES = {bool: "boolean", int: "unsigned-integer", str: "string", list: "array"}
 
 
-def trace(service: Service, method: bytes, model: str, body: bytes | bytearray) -> Reply:
+async def trace(service: Service, method: bytes, model: str, body: bytes | bytearray) -> Reply:
     if model and not service.model_ready(model):
         raise invalid(f"Request for unknown model : {model}")
     if method == b"POST":
@@ -35,13 +35,13 @@ def trace(service: Service, method: bytes, model: str, body: bytes | bytearray) 
                 values[key] = [_typed(level, str) for level in _typed(value, list)]
             else:
                 values[key] = [_typed(value, str)]
-        service.update_trace_settings(model, trace_changes(values))
+        await service.update_trace_settings(model, trace_changes(values))
     # The tracer lists them in Triton's order; HTTP shows the levels as a list and every other value as a string.
     return json_reply({key: value if key == "trace_level" else value[0]
-                       for key, value in service.trace_settings(model).items()})
+                       for key, value in (await service.trace_settings(model)).items()})
 
 
-def logging(service: Service, method: bytes, body: bytes | bytearray) -> Reply:
+async def logging(service: Service, method: bytes, body: bytes | bytearray) -> Reply:
     if method == b"POST":
         document = _document(body)
         if document.get("log_file") is not None:
@@ -50,8 +50,8 @@ def logging(service: Service, method: bytes, body: bytes | bytearray) -> Reply:
         for key, (_, kind) in LOG_KEYS.items():
             if document.get(key) is not None:
                 values[key] = _typed(document[key], kind)
-        service.update_log_settings(log_changes(values, format_flag="--log_format"))
-    return json_reply(service.log_settings_values())
+        await service.update_log_settings(log_changes(values, format_flag="--log_format"))
+    return json_reply(await service.log_settings_values())
 
 
 def _document(body: bytes | bytearray) -> dict[str, Any]:

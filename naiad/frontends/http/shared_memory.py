@@ -8,22 +8,25 @@ from __future__ import annotations
 
 import base64
 import binascii
-from typing import Any
+from typing import TYPE_CHECKING, Any, Awaitable
 
 import orjson
 
 from naiad.core.errors import internal, invalid
-from naiad.core.shared_memory import SharedMemoryRegistry
-from naiad.frontends.replies import Reply, json_reply
+from naiad.frontends.replies import Deferred, Reply, json_later, later
 from naiad.frontends.replies import method_not_allowed as _method_not_allowed
 from naiad.frontends.replies import not_found as _not_found
+
+if TYPE_CHECKING:
+    from naiad.service import Service
 
 _ACTIONS = ("status", "register", "unregister")
 _CUDA_IPC_HANDLE_SIZE = 64  # sizeof(cudaIpcMemHandle_t)
 
 
-def route(registry: SharedMemoryRegistry, method: bytes, parts: list[str], body: bytes | bytearray) -> Reply:
-    """``parts``: the path split at '/', from "v2"; raises ``InferError`` for the caller to answer."""
+def route(service: Service, method: bytes, parts: list[str], body: bytes | bytearray) -> Reply | Deferred:
+    """``parts``: the path split at '/', from "v2"; raises ``InferError`` for the caller to answer. What needs the
+    registry (across processes, the model host's) is answered ``later``."""
     rest = parts[2:]
     if len(rest) == 1:
         name, action = "", rest[0]
@@ -37,18 +40,23 @@ def route(registry: SharedMemoryRegistry, method: bytes, parts: list[str], body:
         return _method_not_allowed()
     cuda = parts[1] == "cudasharedmemory"
     if action == "status":
-        return json_reply(registry.cuda_status(name) if cuda else registry.status(name))
+        return later(json_later(service.shm_cuda_status(name) if cuda else service.shm_status(name)))
     if action == "register":
         if not name:
             kind = "cuda" if cuda else "system"
             raise invalid(f"'region name' is necessary to register {kind} shared memory region")
         if cuda:
             _cuda_register_request(body)
-            registry.cuda_register(name)
+            return later(_done(service.shm_cuda_register(name)))
         key, offset, byte_size = _register_request(body)
-        registry.register(name, key, offset, byte_size)
-    elif not cuda:  # no CUDA region can exist: unregistering one is always done
-        registry.unregister(name) if name else registry.unregister_all()
+        return later(_done(service.shm_register(name, key, offset, byte_size)))
+    if not cuda:  # no CUDA region can exist: unregistering one is always done
+        return later(_done(service.shm_unregister(name) if name else service.shm_unregister_all()))
+    return Reply(200)
+
+
+async def _done(call: Awaitable[None]) -> Reply:
+    await call
     return Reply(200)
 
 

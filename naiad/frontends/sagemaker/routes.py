@@ -19,7 +19,7 @@ from naiad.core.request import InferResponse
 from naiad.frontends.http.codec import OutputOptions
 from naiad.frontends.http.options import HttpOptions
 from naiad.frontends.http.routes import Router
-from naiad.frontends.replies import Deferred, Reply, Streamed, error_reply
+from naiad.frontends.replies import Deferred, Reply, Streamed, error_reply, later
 from naiad.frontends.sagemaker import codec
 from naiad.frontends.sagemaker.replies import bare, mismatched, sagemaker_error, target_model
 from naiad.frontends.sagemaker.runtime import RuntimeDoor
@@ -110,14 +110,26 @@ class SageMakerRouter:
     # --- inference, shared by /invocations, /models/<m>/invoke and the runtime front door ----------------------
 
     def infer(self, name: str, headers: dict[bytes, bytes], body: bytes | bytearray, failed: Any,
-              started: float | None = None, resident: ModelView | None = None) -> Reply | Deferred:
+              started: float | None = None, resident: ModelView | None = None, model: ModelView | None = None
+              ) -> Reply | Deferred:
         """Decode, queue and answer one request; ``failed`` turns an error into the route's reply. ``resident``:
-        the view ``sagemaker_hit`` or ``sagemaker_ensure`` just gave (the request goes by ``sagemaker_infer``)."""
+        the view ``sagemaker_hit`` or ``sagemaker_ensure`` just gave (the request goes by ``sagemaker_infer``);
+        ``model``: the view of ``name`` where it was asked for already (``_infer_later``)."""
         if started is None:
             started = time.perf_counter()
+        if resident is None and model is None:
+            try:
+                model = self.service.view(name)
+            except InferError as exc:
+                self.stats.invocations += 1
+                return self._counted(failed(exc))
+            if model is None:  # not known here yet (the model host's, across processes): ask, then go on
+                return later(self._infer_later(name, headers, body, failed, started))
         self.stats.invocations += 1
         try:
-            model = self.service.model(name) if resident is None else resident
+            if resident is not None:
+                model = resident
+            assert model is not None
             if model.decoupled:
                 raise InferError("HTTP end point doesn't support models with decoupled transaction policy",
                                  Code.UNSUPPORTED)
@@ -130,8 +142,18 @@ class SageMakerRouter:
                 self.service.sagemaker_touch(name)
         except InferError as exc:
             return self._counted(failed(exc))
-        return Deferred(future, lambda f: self._reply(f.result(), options, model.labels, failed, started, submitted,
-                                                      model.batching))
+        labels, batching = model.labels, model.batching
+        return Deferred(future, lambda f: self._reply(f.result(), options, labels, failed, started, submitted,
+                                                      batching))
+
+    async def _infer_later(self, name: str, headers: dict[bytes, bytes], body: bytes | bytearray, failed: Any,
+                           started: float) -> Reply | Deferred:
+        try:
+            model = await self.service.model(name)
+        except InferError as exc:
+            self.stats.invocations += 1
+            return self._counted(failed(exc))
+        return self.infer(name, headers, body, failed, started, model=model)
 
     def _reply(self, response: InferResponse, options: OutputOptions, labels: dict[str, list[str]],
                failed: Any, started: float, submitted: float, batching: bool = True) -> Reply:
@@ -159,15 +181,21 @@ class SageMakerRouter:
 
     # --- multi-model endpoint ----------------------------------------------------------------------------------
 
-    def _list(self) -> Reply:
+    def _list(self) -> Deferred:
+        return later(self._list_later())
+
+    async def _list_later(self) -> Reply:
         rows = []
-        for resident in self.service.sagemaker_models():
+        for resident in await self.service.sagemaker_models():
             # Triton appends an empty object for a model that isn't ready.
             rows.append({"modelName": resident["key"], "modelUrl": resident["url"]} if resident["ready"] else {})
         return Reply(200, orjson.dumps({"models": rows}))
 
-    def _get(self, key: str) -> Reply:
-        resident = self.service.sagemaker_model(key)
+    def _get(self, key: str) -> Deferred:
+        return later(self._get_later(key))
+
+    async def _get_later(self, key: str) -> Reply:
+        resident = await self.service.sagemaker_model(key)
         if resident is None:
             return bare(404)
         return Reply(200, orjson.dumps({"modelName": resident["key"], "modelUrl": resident["url"]}))
@@ -202,7 +230,7 @@ class SageMakerRouter:
         return bare(200)
 
     async def _unload(self, key: str, headers: dict[bytes, bytes]) -> Reply:
-        resident = self.service.sagemaker_model(key)
+        resident = await self.service.sagemaker_model(key)
         if resident is None:
             return bare(404)
         refused = mismatched(headers, resident, "UNLOAD")
@@ -215,9 +243,13 @@ class SageMakerRouter:
             return Reply(400, orjson.dumps({"error": exc.message}))
         return bare(200)
 
-    def _invoke(self, key: str, headers: dict[bytes, bytes], body: bytes | bytearray) -> Reply | Deferred:
+    def _invoke(self, key: str, headers: dict[bytes, bytes], body: bytes | bytearray) -> Deferred:
+        return later(self._invoke_later(key, headers, body))
+
+    async def _invoke_later(self, key: str, headers: dict[bytes, bytes], body: bytes | bytearray
+                            ) -> Reply | Deferred:
         """The model loaded under ``key``, whatever the header says (which may only repeat its name)."""
-        resident = self.service.sagemaker_model(key)
+        resident = await self.service.sagemaker_model(key)
         if resident is None:
             return bare(404)
         refused = mismatched(headers, resident, "INVOKE")

@@ -22,7 +22,7 @@ import orjson
 
 from naiad.core.errors import Code, InferError
 from naiad.core.model_view import ModelView
-from naiad.frontends.replies import Deferred, Reply, Streamed, error_reply
+from naiad.frontends.replies import Deferred, Reply, Streamed, error_reply, later
 from naiad.frontends.sagemaker.replies import sagemaker_error, target_model
 from naiad.sagemaker.contract import ArchiveError
 
@@ -157,15 +157,28 @@ class RuntimeDoor:
 
     # --- response streams --------------------------------------------------------------------------------------
 
+    async def _stream_later(self, name: str, headers: dict[bytes, bytes], body: bytes | bytearray, endpoint: str
+                            ) -> Reply | Deferred | Streamed:
+        try:
+            model = await self.router.service.model(name)
+        except InferError as exc:
+            return self._model_error(sagemaker_error(exc), endpoint)
+        return self._stream(name, headers, body, endpoint, None, model)
+
     def _stream(self, name: str, headers: dict[bytes, bytes], body: bytes | bytearray, endpoint: str,
-                resident: ModelView | None = None) -> Reply | Deferred | Streamed:
+                resident: ModelView | None = None, known: ModelView | None = None) -> Reply | Deferred | Streamed:
+        """``known``: the view of ``name`` where it was asked for already (``_stream_later``)."""
         from naiad.frontends.sagemaker import eventstream  # only response streams frame events
 
         service = self.router.service
-        try:
-            model = service.model(name) if resident is None else resident
-        except InferError as exc:
-            return self._model_error(sagemaker_error(exc), endpoint)
+        model = resident or known
+        if model is None:
+            try:
+                model = service.view(name)
+            except InferError as exc:
+                return self._model_error(sagemaker_error(exc), endpoint)
+            if model is None:  # not known here yet (the model host's, across processes): ask, then go on
+                return later(self._stream_later(name, headers, body, endpoint))
         if model.decoupled or self.options.inference_type == "generate_stream":
             try:
                 started = self.router.http.generate(name, "", body, True)
@@ -180,7 +193,7 @@ class RuntimeDoor:
                                 [*_VARIANT, (b"X-Amzn-SageMaker-Content-Type", inner.content_type)])
 
             return Deferred(started.future, begin)
-        result = self.router.infer(name, headers, body, sagemaker_error, None, resident)
+        result = self.router.infer(name, headers, body, sagemaker_error, None, resident, model)
         if not isinstance(result, Deferred):
             return self._model_error(result, endpoint)
 

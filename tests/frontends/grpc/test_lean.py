@@ -48,7 +48,10 @@ class Inference:
     def __init__(self) -> None:
         self.futures: list[asyncio.Future] = []
 
-    def begin(self, request: pb.ModelInferRequest, headers: dict) -> tuple[asyncio.Future, None, None]:
+    def view(self, request: pb.ModelInferRequest) -> object:
+        return object()  # (known at once: the engine's hot path)
+
+    def begin(self, request: pb.ModelInferRequest, model: object, headers: dict) -> tuple[asyncio.Future, None, None]:
         future = asyncio.get_running_loop().create_future()
         self.futures.append(future)
         return future, None, None
@@ -102,10 +105,10 @@ def test_a_peer_that_does_not_read_is_not_read() -> None:
 class Failing(Inference):
     """Raises what no handler expects for model "boom": a bug in decoding, say."""
 
-    def begin(self, request: pb.ModelInferRequest, headers: dict) -> tuple[asyncio.Future, None, None]:
+    def begin(self, request: pb.ModelInferRequest, model: object, headers: dict) -> tuple[asyncio.Future, None, None]:
         if request.model_name == "boom":
             raise RuntimeError("boom")
-        return super().begin(request, headers)
+        return super().begin(request, model, headers)
 
 
 def test_an_unexpected_error_fails_its_call_not_the_connection() -> None:
