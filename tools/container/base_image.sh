@@ -15,6 +15,9 @@
 #   - Debian marks its Python EXTERNALLY-MANAGED (PEP 668); the official image doesn't, so the marker is removed
 #     and the Dockerfile's plain `pip install` works unchanged.
 #   - pip is Debian's 23.0.1 (python3-pip), with Debian's setuptools/wheel beside it.
+#   - The host's local CAs (/usr/local/share/ca-certificates, or $NAIAD_BASE_EXTRA_CA) are trusted inside too:
+#     where egress goes through a TLS-inspecting proxy, pip in `docker build` fails certificate checks without
+#     them, and this image only ever exists on the host that built it.
 set -euo pipefail
 
 TAG=python:3.11-slim
@@ -47,6 +50,12 @@ if [ ! -s "$TARBALL" ]; then
         || { tail -20 "$work/debootstrap.log" >&2; exit 4; }
     root=$work/root
     rm -f "$root"/usr/lib/python3*/EXTERNALLY-MANAGED
+    extra_ca=${NAIAD_BASE_EXTRA_CA:-/usr/local/share/ca-certificates}
+    if compgen -G "$extra_ca/*.crt" >/dev/null; then
+        cp "$extra_ca"/*.crt "$root/usr/local/share/ca-certificates/"
+        chroot "$root" update-ca-certificates >/dev/null 2>&1
+        echo "base_image.sh: trusting the host's CAs from $extra_ca"
+    fi
     ln -sf /usr/bin/python3 "$root/usr/local/bin/python"
     # What the slim image leaves out too: package lists and caches, docs, man pages, translations.
     rm -rf "$root"/var/lib/apt/lists/* "$root"/var/cache/apt/* "$root"/var/log/* \
