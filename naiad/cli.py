@@ -15,6 +15,7 @@ from naiad.core import trace_config
 from naiad.core.cores import available as available_cores
 from naiad.core.errors import InferError
 from naiad.core.flags import add_flag, parse_bool
+from naiad.core.pid1 import become_init
 from naiad.core.settings import FORMATS, LogSettings
 from naiad.frontends.grpc import options as grpc_options
 from naiad.frontends.http import options as http_options
@@ -316,6 +317,10 @@ def frontend_processes(value: str) -> int:
 def main(argv: list[str] | None = None) -> int:
     if argv is None:
         argv = sys.argv[1:]
+    # A container's entry point (PID 1): an init that reaps and forwards signals stays PID 1, naiad runs as its child.
+    code = become_init()
+    if code is not None:
+        return code
     if argv[:1] == ["sagemaker"]:
         # Triton's docker/sagemaker/serve script, reading SageMaker's environment before `naiad serve`.
         from naiad.sagemaker.serve import main as sagemaker_main

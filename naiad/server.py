@@ -5,8 +5,10 @@ from __future__ import annotations
 import asyncio
 import errno
 import logging
+import os
 import signal
 import sys
+import threading
 import time
 from collections.abc import Callable, Coroutine
 from dataclasses import dataclass, field
@@ -289,17 +291,24 @@ class Server:
 
     async def run(self) -> None:
         loop = asyncio.get_running_loop()
+        # While models load, the loop may be held by a synchronous load: a plain handler runs anyway (the main
+        # thread's waits are interruptible); the loop's own handlers take over once the server is up.
+        starting = _StartSignals(self.options.exit_timeout_secs)
+        try:
+            await self.start()
+        except SystemExit:
+            # A port in use or a failed load: whatever did start is stopped before the process exits.
+            starting.close()
+            await self.stop(drain=False)
+            raise
+        starting.close()
         for sig in (signal.SIGTERM, signal.SIGINT):
             try:
                 loop.add_signal_handler(sig, self.request_stop)
             except (NotImplementedError, RuntimeError):
                 pass
-        try:
-            await self.start()
-        except SystemExit:
-            # A port in use or a failed load: whatever did start is stopped before the process exits.
-            await self.stop(drain=False)
-            raise
+        if starting.signalled:
+            self.request_stop()  # the load finished within the exit timeout: stop as any stop does, finalize()
         await self._stop.wait()
         await self.stop()
 
@@ -346,6 +355,40 @@ class Server:
             # grpc.aio cancels what is still running at once, unless a grace lets it send the answers just cut.
             await self._grpc.stop(grace=min(0.5, max(0.0, deadline - time.monotonic())) if deadline and cut
                                   else None)
+
+
+class _StartSignals:
+    """SIGTERM / SIGINT before the server is up. The loads under way finish and the server then stops as it
+    would later (drain, finalize), unless that takes past --exit-timeout-secs from the signal: then the process
+    exits there, as docker stop would kill it at its own grace (its workers end with it, PR_SET_PDEATHSIG)."""
+
+    def __init__(self, exit_timeout: float) -> None:
+        self.exit_timeout = exit_timeout
+        self.signalled = False
+        self._timer: threading.Timer | None = None
+        self._previous = {sig: signal.signal(sig, self._on_signal) for sig in (signal.SIGTERM, signal.SIGINT)}
+
+    def _on_signal(self, signum: int, frame: object) -> None:
+        if self.signalled:
+            return
+        self.signalled = True
+        log.info("Stopping: models are still loading (at most %.0fs more)", self.exit_timeout)
+        self._timer = threading.Timer(self.exit_timeout, self._give_up)
+        self._timer.daemon = True
+        self._timer.start()
+
+    def _give_up(self) -> None:
+        sys.stderr.write(f"error: stopped while models were loading: they did not finish within "
+                         f"--exit-timeout-secs ({self.exit_timeout:g}s)\n")
+        sys.stderr.flush()
+        os._exit(1)
+
+    def close(self) -> None:
+        """The server is up (or failed to start): the stop, if any, is the loop's from here."""
+        if self._timer is not None:
+            self._timer.cancel()
+        for sig, previous in self._previous.items():
+            signal.signal(sig, previous)
 
 
 def _dashboard_url(address: str, port: int) -> str:

@@ -21,6 +21,7 @@ from naiad.sagemaker.options import INFERENCE_TYPES
 
 DEFAULT_SHM_BYTE_SIZE = "16777216"  # 16 MB, the script's default for the python backend
 DEFAULT_SHM_GROWTH_BYTE_SIZE = "1048576"  # 1 MB
+EXIT_TIMEOUT_SECS = 8  # within docker stop's 10 s grace, with room to finalize and exit
 
 _TRUE = ("true", "on", "yes")
 _FALSE = ("false", "off", "no")
@@ -42,7 +43,8 @@ ENVIRONMENT = (
     ("SAGEMAKER_TRITON_ALLOW_METRICS", "true | false: serve /metrics too (default false)"),
     ("SAGEMAKER_TRITON_METRICS_PORT", "--metrics-port"),
     ("SAGEMAKER_TRITON_BUFFER_MANAGER_THREAD_COUNT", "--buffer-manager-thread-count"),
-    ("SAGEMAKER_TRITON_LOG_VERBOSE", "--log-verbose (default true)"),
+    ("SAGEMAKER_TRITON_LOG_VERBOSE", "true: --log-verbose=1, a line per request and per /ping (default false, "
+                                     "where Triton's script says true)"),
     ("SAGEMAKER_TRITON_LOG_INFO / _WARNING / _ERROR", "--log-info, --log-warning, --log-error"),
     ("SAGEMAKER_TRITON_SHM_DEFAULT_BYTE_SIZE", f"the Python backend's shm-default-byte-size (default "
                                                f"{DEFAULT_SHM_BYTE_SIZE})"),
@@ -129,11 +131,16 @@ def _flags_from_env(env: Mapping[str, str]) -> list[str]:
         ("SAGEMAKER_TRITON_THREAD_COUNT", "--sagemaker-thread-count"),
     )
     args.extend(f"{flag}={env[name]}" for name, flag in optional if given(name))
-    # Verbose logging is on unless the environment says otherwise.
-    args.append(f"--log-verbose={_verbosity(given('SAGEMAKER_TRITON_LOG_VERBOSE') or 'true')}")
+    # Triton's script turns verbose logging on unless told otherwise: a line per /ping and per request, which
+    # fills an endpoint's CloudWatch log with health checks. Off here unless the environment asks for it.
+    args.append(f"--log-verbose={_verbosity(given('SAGEMAKER_TRITON_LOG_VERBOSE') or 'false')}")
     for level in ("INFO", "WARNING", "ERROR"):
         if given(f"SAGEMAKER_TRITON_LOG_{level}"):
             args.append(f"--log-{level.lower()}={env[f'SAGEMAKER_TRITON_LOG_{level}']}")
+    # docker stop (and SageMaker's) sends SIGTERM, then SIGKILL 10 s later; naiad's own default (30 s, Triton's)
+    # would be cut short by it. In-flight requests get 8 s, and the process exits within docker's grace. Longer
+    # requests: SAGEMAKER_TRITON_ADDITIONAL_ARGS=--exit-timeout-secs=N, with docker stop -t above N.
+    args.append(f"--exit-timeout-secs={EXIT_TIMEOUT_SECS}")
     shm_default = given("SAGEMAKER_TRITON_SHM_DEFAULT_BYTE_SIZE") or DEFAULT_SHM_BYTE_SIZE
     shm_growth = given("SAGEMAKER_TRITON_SHM_GROWTH_BYTE_SIZE") or DEFAULT_SHM_GROWTH_BYTE_SIZE
     args.append(f"--backend-config=python,shm-default-byte-size={shm_default}")

@@ -20,7 +20,8 @@ ENV_DEFAULTS = [
     "--model-namespacing=true",
     "--allow-grpc=false",
     "--allow-metrics=false",
-    "--log-verbose=1",
+    "--log-verbose=0",  # Triton's script says 1: a line per /ping and per request
+    "--exit-timeout-secs=8",  # docker stop's grace is 10 s
     "--backend-config=python,shm-default-byte-size=16777216",
     "--backend-config=python,shm-growth-byte-size=1048576",
 ]
@@ -224,7 +225,7 @@ def test_flags_with_defaults(model_dir: Path, name: str, flag: str, default: str
 
 
 @pytest.mark.parametrize(("value", "level"), [
-    ("", "1"), ("true", "1"), ("TRUE", "1"), ("false", "0"), ("False", "0"), ("0", "0"), ("1", "1"), ("3", "3"),
+    ("", "0"), ("true", "1"), ("TRUE", "1"), ("false", "0"), ("False", "0"), ("0", "0"), ("1", "1"), ("3", "3"),
 ])
 def test_log_verbose_becomes_a_level(model_dir: Path, value: str, level: str) -> None:
     env = {"SAGEMAKER_TRITON_LOG_VERBOSE": value} if value else {}
@@ -290,6 +291,7 @@ def test_every_variable_at_once_keeps_the_script_order(model_dir: Path) -> None:
         "--log-info=true",
         "--log-warning=true",
         "--log-error=true",
+        "--exit-timeout-secs=8",
         "--backend-config=python,shm-default-byte-size=1",
         "--backend-config=python,shm-growth-byte-size=2",
         "--backend-config=tensorflow,version=2",

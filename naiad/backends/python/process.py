@@ -119,7 +119,7 @@ class WorkerProcess:
         self._progress = _progress_word()
         try:
             self.proc = subprocess.Popen(
-                [spec.python, "-m", "naiad.backends.python.worker", str(child.fileno())],
+                [spec.python, "-m", "naiad.backends.python.worker", str(child.fileno()), str(os.getpid())],
                 pass_fds=(child.fileno(),) + ((self._progress,) if self._progress >= 0 else ()), env=env,
                 cwd=str(Path(spec.model_file).parent),
                 # Its own session: Ctrl-C in the terminal and a signal to the server's process group reach the

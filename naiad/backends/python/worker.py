@@ -1,4 +1,5 @@
-"""The worker process of one Python model instance (Triton's "stub"): ``python -m naiad.backends.python.worker FD``.
+"""The worker process of one Python model instance (Triton's "stub"):
+``python -m naiad.backends.python.worker FD SERVER_PID``.
 
 It imports the unmodified ``model.py``, then serves its channel on an asyncio loop: a synchronous
 ``execute`` runs inline in the read callback (no task, no thread hop), an ``async def execute`` runs as a
@@ -699,7 +700,9 @@ def _progress_word(fd: int | None) -> Any:
 def main(argv: list[str]) -> int:
     _die_with_parent()
     sock = socket.socket(fileno=int(argv[0]))
-    if os.getppid() == 1:
+    # A server that died before PR_SET_PDEATHSIG took hold left us to whoever reaps orphans: our parent is no
+    # longer the pid it gave us. Not "our parent is 1": in a container the server itself is PID 1.
+    if len(argv) > 1 and os.getppid() != int(argv[1]):
         return 1
     # The first message is the setup (JSON, whatever our Python version); wait for it before the loop exists.
     sock.setblocking(True)
