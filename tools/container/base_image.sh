@@ -19,6 +19,7 @@
 #     where egress goes through a TLS-inspecting proxy, pip in `docker build` fails certificate checks without
 #     them, and this image only ever exists on the host that built it.
 set -euo pipefail
+trap 'echo "base_image.sh: failed at line $LINENO" >&2' ERR
 
 TAG=python:3.11-slim
 SUITE=bookworm
@@ -68,7 +69,9 @@ if [ ! -s "$TARBALL" ]; then
     mv "$TARBALL.tmp" "$TARBALL"
 fi
 
-version=$(tar -xOf "$TARBALL" ./var/lib/dpkg/status | awk '/^Package: python3.11$/{p=1} p && /^Version:/{print $2; exit}')
+# awk reads to the end: exiting early would kill tar with SIGPIPE, and pipefail would end the script there.
+version=$(tar -xOf "$TARBALL" ./var/lib/dpkg/status \
+    | awk '/^Package: python3.11$/ {p = 1} p && /^Version:/ && !done {print $2; done = 1}')
 docker import \
     --change 'ENV PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin' \
     --change 'ENV LANG=C.UTF-8' \

@@ -39,9 +39,10 @@ if [ ${#missing[@]} -gt 0 ]; then
 fi
 command -v docker >/dev/null || skip "no docker client"
 
+# Whether the daemon started as pid $1 answers within $2 seconds (no use waiting once it has exited).
 daemon_up() {
-    local deadline=$((SECONDS + $1))
-    while [ $SECONDS -lt $deadline ]; do
+    local deadline=$((SECONDS + $2))
+    while [ $SECONDS -lt $deadline ] && kill -0 "$1" 2>/dev/null; do
         docker info >/dev/null 2>&1 && return 0
         sleep 0.5
     done
@@ -66,7 +67,7 @@ if ! docker info >/dev/null 2>&1; then
         # shellcheck disable=SC2086
         setsid dockerd $flags >"$log" 2>&1 </dev/null &
         pid=$!
-        if daemon_up 60; then
+        if daemon_up "$pid" 60; then
             started=yes
             break
         fi
