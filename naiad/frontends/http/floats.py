@@ -1,0 +1,101 @@
+"""Float tensors as Triton writes them in JSON: ``b"[1e308,0.30000000000000007,NaN]"``, whatever library serializes
+the rest of the document.
+
+Triton prints every double (and every FP32 element, widened to double) through RapidJSON's Grisu2 and layout,
+which no JSON library reproduces (``dtoa`` says how it differs). Three ways to the same bytes, by size:
+
+* values that are whole numbers below 2^53 (add_sub's answers, counts, labels): Triton writes ``N.0``, which is
+  Python's own ``repr`` for them, so a C-level check and ``repr`` do it;
+* up to ``VECTOR_MIN`` other values: ``text`` per value, Grisu2 with Python ints and a table per binary exponent
+  (a few microseconds each);
+* more: ``dtoa_numpy``, the whole array at once.
+"""
+
+from __future__ import annotations
+
+import struct
+from typing import Any
+
+import numpy as np
+
+from naiad.frontends.http import dtoa
+from naiad.frontends.http.dtoa_numpy import triton_texts
+
+# From this many elements the vectorized writer wins over text() per value (measured: benchmarks/float_text.py).
+VECTOR_MIN = 48
+_EXACT = 2.0**53  # below it a whole number is exactly N (and repr writes "N.0", as Triton does)
+
+_M64 = (1 << 64) - 1
+_HALF = 1 << 63
+_FRACTION = (1 << 52) - 1
+_HIDDEN = 1 << 52
+_POW10 = [10**i for i in range(20)]
+
+
+def _normal_table() -> list[tuple[int, int, int, int]]:
+    """Per biased exponent of a normal double: the cached power, DigitGen's shift s and 2^s - 1, and K."""
+    table = [(0, 0, 0, 0)]
+    for biased in range(1, 2047):
+        c, c_e, k = dtoa.cached_power(biased - 1075 - 11)  # the upper boundary's exponent
+        s = -(biased - 1075 - 11 + c_e + 64)
+        table.append((c, s, (1 << s) - 1, k))
+    return table
+
+
+_NORMAL = _normal_table()
+
+
+def text(value: float) -> str:
+    """Triton's text for one double: ``dtoa.triton_text``, with the common case (a normal double whose digits
+    end in the fraction loop) written out flat: the products formed once, the loop's stop found from where
+    delta * 10^j reaches 2^s and stepped down, the digits from one product. Anything else goes to ``dtoa``."""
+    bits = struct.unpack("<Q", struct.pack("<d", value))[0]
+    biased = bits >> 52 & 0x7FF
+    if biased == 0 or biased == 0x7FF:
+        return dtoa.triton_text(value)  # zero, subnormal, infinite, NaN
+    c, s, mask, k = _NORMAL[biased]
+    fraction = bits & _FRACTION
+    wc = ((fraction | _HIDDEN) << 11) * c
+    up = c << 10
+    wp = ((wc + up + _HALF) >> 64) - 1
+    delta = wp - ((wc - (up if fraction else up >> 1) + _HALF) >> 64) - 1
+    p2 = wp & mask
+    if p2 <= delta:
+        return dtoa.triton_text(value)  # DigitGen stops inside the integer part: few values, the reference's way
+    j = len(str(mask // delta))  # the first j with delta * 10^j >= 2^s (at least 1)
+    while j > 1 and (p2 * _POW10[j - 1]) & mask < delta * _POW10[j - 1]:
+        j -= 1
+    scale = _POW10[j]
+    product = p2 * scale
+    digits = (wp >> s) * scale + (product >> s)
+    if j < dtoa.ROUND_FRACTION_DIGITS:  # GrisuRound, for the few stops before the ninth fraction digit
+        rest, one, d = product & mask, mask + 1, delta * scale
+        wp_w = ((wp - ((wc + _HALF) >> 64)) * scale) & _M64
+        while rest < wp_w and d - rest >= one and (rest + one < wp_w or wp_w - rest > rest + one - wp_w):
+            digits -= 1
+            rest += one
+    body = dtoa.prettify(str(digits), k - j)
+    return "-" + body if bits >> 63 else body
+
+
+def list_json(values: list[float]) -> bytes:
+    """Python floats (FP32 ones already widened) as Triton's JSON array."""
+    if not values:
+        return b"[]"
+    if all(map(float.is_integer, values)) and -_EXACT < min(values) and max(values) < _EXACT:
+        return b"[" + ",".join(map(repr, values)).encode() + b"]"
+    if len(values) >= VECTOR_MIN:
+        return triton_texts(np.array(values, dtype=np.float64))
+    return b"[" + ",".join(map(text, values)).encode() + b"]"
+
+
+def array_json(array: np.ndarray) -> bytes:
+    """A float array's elements, flat, as Triton's JSON array (FP32 through double, as Triton prints it)."""
+    if array.size < VECTOR_MIN:
+        return list_json(array.ravel().tolist())
+    return triton_texts(array)
+
+
+def value_json(value: Any) -> bytes | None:
+    """A float's text for a response parameter (None: not a float, orjson writes it)."""
+    return text(value).encode() if type(value) is float else None
