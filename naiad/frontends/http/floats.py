@@ -4,8 +4,8 @@ the rest of the document.
 Triton prints every double (and every FP32 element, widened to double) through RapidJSON's Grisu2 and layout,
 which no JSON library reproduces (``dtoa`` says how it differs). Three ways to the same bytes, by size:
 
-* values that are whole numbers below 2^53 (add_sub's answers, counts, labels): Triton writes ``N.0``, which is
-  Python's own ``repr`` for them, so a C-level check and ``repr`` do it;
+* values that are whole numbers below 1e16 (add_sub's answers, counts, labels): Triton writes ``N.0``, which is
+  Python's own ``repr`` for them, so a C-level check and ``repr`` of the list do it;
 * up to ``VECTOR_MIN`` other values: ``text`` per value, Grisu2 with Python ints and a table per binary exponent
   (a few microseconds each);
 * more: ``dtoa_numpy``, the whole array at once.
@@ -23,7 +23,6 @@ from naiad.frontends.http.dtoa_numpy import triton_texts
 
 # From this many elements the vectorized writer wins over text() per value (measured: benchmarks/float_text.py).
 VECTOR_MIN = 48
-_EXACT = 2.0**53  # below it a whole number is exactly N (and repr writes "N.0", as Triton does)
 
 _M64 = (1 << 64) - 1
 _HALF = 1 << 63
@@ -80,10 +79,12 @@ def text(value: float) -> str:
 
 def list_json(values: list[float]) -> bytes:
     """Python floats (FP32 ones already widened) as Triton's JSON array."""
-    if not values:
-        return b"[]"
-    if all(map(float.is_integer, values)) and -_EXACT < min(values) and max(values) < _EXACT:
-        return b"[" + ",".join(map(repr, values)).encode() + b"]"
+    if all(map(float.is_integer, values)):  # (False for NaN and the infinities)
+        # Whole numbers: Triton writes "N.0", and so does repr below 1e16, where it switches to "1e+16"
+        # (Grisu2's digits for a whole double below 1e16 are its own: no shorter number lies within half an ulp).
+        listed = repr(values)
+        if "e" not in listed:
+            return listed.replace(" ", "").encode()
     if len(values) >= VECTOR_MIN:
         return triton_texts(np.array(values, dtype=np.float64))
     return b"[" + ",".join(map(text, values)).encode() + b"]"
