@@ -21,6 +21,8 @@ The steps are RapidJSON's (see ``dtoa``), each done for every element together:
 
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
 
 from naiad.frontends.http import dtoa
@@ -114,6 +116,8 @@ def grisu2(magnitude: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     exponent of the last digit (``dtoa.grisu2`` for all at once)."""
     biased = magnitude >> _U64(52)
     fraction = magnitude & _FRACTION
+    w: np.ndarray
+    upper: Any  # the boundaries' shift: one for all (normal doubles) or one each
     if biased.all():
         # Normal doubles: w = f << 11 has its top bit set, and the boundaries are w +- 2^10 (2^9 below a power of
         # two, whose lower neighbour is half as far).
