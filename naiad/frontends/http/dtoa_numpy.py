@@ -10,9 +10,9 @@ The steps are RapidJSON's (see ``dtoa``), each done for every element together:
   ten whose remainder fits in delta; remainders grow with the power, so only elements whose fraction alone fits
   can stop there (few: masked steps over those). Its fraction loop stops at the first digit count j where
   ``p2 * 10^j mod 2^s < delta * 10^j``: the scaled truncation error only shrinks as j grows, so the answer lies
-  at or below the j where ``delta * 10^j`` reaches 2^s (counted from ``(2^s - 1) // delta``), and a few masked
-  steps downward (each keeping about a tenth of the elements) find it; the digits then come from one 128-bit
-  product ``p2 * 10^j``;
+  at or below the j where ``delta * 10^j`` reaches 2^s (counted from ``(2^s - 1) // delta``); one masked step
+  down settles most elements, a binary search the rest; the digits then come from one 128-bit product
+  ``p2 * 10^j``;
 * ``GrisuRound``'s nudges are masked steps over the elements that still need one;
 * the text: each row is five little-endian uint64 words (sign and prefix from a table, 24 bytes of digits with
   the '.' spliced in by shifting the bytes after it, the exponent and comma from a table), NUL wherever a row has
@@ -192,14 +192,22 @@ def _fraction_stops(digits: np.ndarray, exponent: np.ndarray, rows: np.ndarray |
     scale = _POW10[lower]
     holds = (lower > 0) & ((p2 * scale) & mask < delta * scale)
     j = np.where(holds, lower, j)
+    # Most stop there or one lower; the rest (short decimals like 0.5 go all the way to j = 1) by binary search
+    # for the first j that holds, between 1 and the j that does.
     going = np.flatnonzero(holds & (lower > 1))
-    while going.size:
-        lower = j[going] - 1
-        scale = _POW10[lower]
-        holds = (p2[going] * scale) & mask[going] < delta[going] * scale
-        going, lower = going[holds], lower[holds]
-        j[going] = lower
-        going = going[lower > 1]
+    if going.size:
+        low, high = np.ones(going.size, np.int64), j[going]
+        g_p2, g_mask, g_delta = p2[going], mask[going], delta[going]
+        while True:
+            open_ = low < high
+            if not open_.any():
+                break
+            middle = (low + high) >> 1
+            scale = _POW10[middle]
+            holds = (g_p2 * scale) & g_mask < g_delta * scale
+            high = np.where(open_ & holds, middle, high)
+            low = np.where(open_ & ~holds, middle + 1, low)
+        j[going] = high
 
     scale = _POW10[j]
     high, low = _multiply128(p2, scale >> _32, scale & _M32)
@@ -220,12 +228,23 @@ def _fraction_stops(digits: np.ndarray, exponent: np.ndarray, rows: np.ndarray |
                      mask[nudge] + _U64(1), wp_w[nudge] * scale)
 
 
+# Elements per pass: the arrays of one pass stay in the CPU's caches (the whole array at once runs ~25 % slower).
+CHUNK = 1 << 16
+
+
 def triton_texts(array: np.ndarray) -> bytes:
     """The JSON array Triton writes for ``array``'s values as doubles: ``b"[1e308,0.30000000000000007,NaN]"``."""
     values = np.ascontiguousarray(array, dtype=np.float64).reshape(-1)
-    n = values.size
-    if not n:
+    if not values.size:
         return b"[]"
+    parts = [b"["] + [_texts(values[start : start + CHUNK]) for start in range(0, values.size, CHUNK)]
+    parts[-1] = parts[-1][:-1] + b"]"  # the last element's comma
+    return b"".join(parts)
+
+
+def _texts(values: np.ndarray) -> bytes:
+    """Each value's text followed by a comma."""
+    n = values.size
     bits = values.view(np.uint64)
     magnitude = bits & _ABS
     special = (magnitude - _U64(1)) >= (_INFINITY - _U64(1))  # zero (wrapped), infinities, NaN
@@ -281,6 +300,4 @@ def triton_texts(array: np.ndarray) -> bytes:
         rows[:, 1 + i] = kept | shifted | dot[:, i]
         carry = moved
     flat = rows.view(np.uint8).reshape(-1)
-    text = flat[flat != 0]
-    text[-1] = ord("]")  # the last row's comma
-    return b"[" + text.tobytes()
+    return flat[flat != 0].tobytes()

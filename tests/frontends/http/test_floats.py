@@ -68,6 +68,11 @@ def test_the_vectorized_writer_writes_what_triton_writes() -> None:
     assert dtoa_numpy.triton_texts(VALUES[:1]) == f"[{TEXTS[0]}]".encode()
 
 
+def test_a_large_array_is_written_pass_by_pass(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(dtoa_numpy, "CHUNK", 7)  # the passes' seams: 56 of them here
+    assert _tokens(dtoa_numpy.triton_texts(VALUES)) == TEXTS
+
+
 @pytest.mark.parametrize("size", [1, 2, 5, floats.VECTOR_MIN - 1, floats.VECTOR_MIN, 200])
 def test_lists_and_arrays_of_any_size_are_written_as_triton_writes_them(size: int) -> None:
     for start in range(0, len(VALUES), size):
