@@ -22,7 +22,7 @@ from naiad.frontends.http import dtoa
 from naiad.frontends.http.dtoa_numpy import triton_texts
 
 # From this many elements the vectorized writer wins over text() per value (measured: benchmarks/float_text.py).
-VECTOR_MIN = 48
+VECTOR_MIN = 56
 
 # Small whole numbers (labels, counts, add_sub's answers) by table, zero aside: Triton writes "-0.0" for -0.0,
 # which a dictionary would look up as 0.0.
