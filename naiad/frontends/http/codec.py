@@ -374,9 +374,10 @@ def encode_response(response: InferResponse, options: OutputOptions, labels: dic
                     batching: bool = True) -> tuple[bytes, list[bytes | memoryview], int | None]:
     """The JSON header, the binary chunks that follow it, and the header length (None when all JSON).
     ``batching``: the model's max_batch_size > 0 (classification then ranks each batch row)."""
-    doc: dict[str, Any] = {"model_name": response.model_name, "model_version": response.model_version}
-    if response.id:
-        doc["id"] = response.id
+    # Triton's key order: the id (when there is one) comes first.
+    doc: dict[str, Any] = {"id": response.id} if response.id else {}
+    doc["model_name"] = response.model_name
+    doc["model_version"] = response.model_version
     if response.parameters:
         doc["parameters"] = _parameters(response.parameters)
     outputs = []

@@ -83,7 +83,7 @@ def test_float_text_is_triton_s_not_the_json_library_s() -> None:
 
 
 # The whole document in bytes, Triton's key order and float text: with orjson.Fragment (orjson >= 3.9) and without.
-DOCUMENT = (b'{"model_name":"m","model_version":"1","id":"7","parameters":{"p":0.1,"n":3,"s":"x","q":NaN,"b":true},'
+DOCUMENT = (b'{"id":"7","model_name":"m","model_version":"1","parameters":{"p":0.1,"n":3,"s":"x","q":NaN,"b":true},'
             b'"outputs":[{"name":"A","datatype":"FP32","shape":[2],"data":[0.10000000149011612,2.0]},'
             b'{"name":"B","datatype":"INT32","shape":[2,1],"data":[1,2]},'
             b'{"name":"C","datatype":"BYTES","shape":[1],"data":["\\u00001e308"]},'
