@@ -10,13 +10,14 @@ The steps are RapidJSON's (see ``dtoa``), each done for every element together:
   ten whose remainder fits in delta; remainders grow with the power, so only elements whose fraction alone fits
   can stop there (few: masked steps over those). Its fraction loop stops at the first digit count j where
   ``p2 * 10^j mod 2^s < delta * 10^j``: the scaled truncation error only shrinks as j grows, so the answer lies
-  at or below the j where ``delta * 10^j`` reaches 2^s (counted from ``(2^s - 1) // delta``); one masked step
-  down settles most elements, a binary search the rest; the digits then come from one 128-bit product
+  at or below the j where ``delta * 10^j`` reaches 2^s (counted from ``(2^s - 1) // delta``); two masked steps
+  down settle nearly all elements, a binary search the rest; the digits then come from one 128-bit product
   ``p2 * 10^j``;
 * ``GrisuRound``'s nudges are counted in closed form (how many steps of ten_kappa fit below its two bounds);
 * the text: each row is five little-endian uint64 words (sign and prefix from a table, 24 bytes of digits with
-  the '.' spliced in by shifting the bytes after it, the exponent and comma from a table), NUL wherever a row has
-  nothing, and the rows are squeezed into one buffer at the end.
+  the '.' spliced in by shifting the bytes after it, the exponent and comma from a table; Prettify's choice of
+  layout is a table by kk), NUL wherever a row has nothing, and the rows are squeezed into one buffer at the end;
+* arrays go through in passes of ``CHUNK`` elements, whose temporaries stay in the CPU's caches.
 """
 
 from __future__ import annotations

@@ -7,21 +7,20 @@ which no JSON library reproduces (``dtoa`` says how it differs). Three ways to t
 * values that are whole numbers below 1e16 (add_sub's answers, counts, labels): Triton writes ``N.0``, which is
   Python's own ``repr`` for them, so a C-level check and ``repr`` of the list do it (a table, for the small ones);
 * up to ``VECTOR_MIN`` other values: ``texts``, Grisu2 per value with Python ints and a table per binary exponent
-  (about a microsecond each);
+  (one to two microseconds each);
 * more: ``dtoa_numpy``, the whole array at once.
 """
 
 from __future__ import annotations
 
 import struct
-from typing import Any
 
 import numpy as np
 
 from naiad.frontends.http import dtoa
 from naiad.frontends.http.dtoa_numpy import triton_texts
 
-# From this many elements the vectorized writer wins over text() per value (measured: benchmarks/float_text.py).
+# From this many elements the vectorized writer (~90 us to start) wins over texts() (benchmarks/float_text.py).
 VECTOR_MIN = 56
 
 # Small whole numbers (labels, counts, add_sub's answers) by table, zero aside: Triton writes "-0.0" for -0.0,
@@ -126,8 +125,3 @@ def array_json(array: np.ndarray) -> bytes:
     if array.size < VECTOR_MIN:
         return list_json(array.ravel().tolist())
     return triton_texts(array)
-
-
-def value_json(value: Any) -> bytes | None:
-    """A float's text for a response parameter (None: not a float, orjson writes it)."""
-    return text(value).encode() if type(value) is float else None
