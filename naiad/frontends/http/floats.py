@@ -21,7 +21,7 @@ from naiad.frontends.http import dtoa
 from naiad.frontends.http.dtoa_numpy import triton_texts
 
 # From this many elements the vectorized writer (~90 us to start) wins over texts() (benchmarks/float_text.py).
-VECTOR_MIN = 56
+VECTOR_MIN = 96
 
 # Small whole numbers (labels, counts, add_sub's answers) by table, zero aside: Triton writes "-0.0" for -0.0,
 # which a dictionary would look up as 0.0.
