@@ -402,7 +402,7 @@ def encode_response(response: InferResponse, options: OutputOptions, labels: dic
         elif datatype == "FP32" or datatype == "FP64":
             # Triton's float text (RapidJSON's Grisu2 and layout, FP32 through double), which no JSON library
             # writes: pre-written, so the document's bytes don't depend on orjson's version.
-            entry["data"] = _written(floats.array_json(array))
+            entry["data"] = orjson.Fragment(floats.array_json(array))
         elif datatype == "FP16" or datatype == "BF16":
             raise invalid(f"sending {datatype} data via JSON is not supported. Please use the binary data format "
                           "for output")
@@ -414,10 +414,7 @@ def encode_response(response: InferResponse, options: OutputOptions, labels: dic
             entry["data"] = _contiguous_array(array)
         outputs.append(entry)
     doc["outputs"] = outputs
-    if _FRAGMENT is None:
-        header = _spliced(doc)
-    else:
-        header = orjson.dumps(doc, option=orjson.OPT_SERIALIZE_NUMPY)
+    header = orjson.dumps(doc, option=orjson.OPT_SERIALIZE_NUMPY)
     return header, chunks, (len(header) if chunks else None)
 
 
@@ -425,28 +422,8 @@ def _parameters(parameters: dict[str, Any]) -> dict[str, Any]:
     """Response parameters, floats in Triton's text (as its writer gives every double)."""
     if float not in set(map(type, parameters.values())):
         return parameters
-    return {key: _written(floats.text(value).encode()) if type(value) is float else value
+    return {key: orjson.Fragment(floats.text(value).encode()) if type(value) is float else value
             for key, value in parameters.items()}
-
-
-class _Written(bytes):
-    """JSON text written already (what orjson.Fragment holds, for orjson before 3.9, which has no Fragment)."""
-
-
-_FRAGMENT = getattr(orjson, "Fragment", None)
-_written: Any = _FRAGMENT or _Written
-
-
-def _spliced(value: Any) -> bytes:
-    """orjson.dumps for a document holding ``_Written`` parts: objects (and lists of objects, the outputs) are
-    written member by member around them, everything else by orjson."""
-    if type(value) is dict:
-        return b"{" + b",".join(orjson.dumps(key) + b":" + _spliced(item) for key, item in value.items()) + b"}"
-    if type(value) is _Written:
-        return value
-    if type(value) is list and value and type(value[0]) is dict:
-        return b"[" + b",".join(map(_spliced, value)) + b"]"
-    return orjson.dumps(value, option=orjson.OPT_SERIALIZE_NUMPY)
 
 
 _WIRE_BY_DTYPE = {d: w for w, d in WIRE_TO_NUMPY.items()}

@@ -82,7 +82,7 @@ def test_float_text_is_triton_s_not_the_json_library_s() -> None:
     assert _data(header) == b"[1e308,1e308,0.30000000000000007,10000000000000000.0,0.000001,-0.0,NaN]"
 
 
-# The whole document in bytes, Triton's key order and float text: with orjson.Fragment (orjson >= 3.9) and without.
+# The whole document in bytes, Triton's key order and float text.
 DOCUMENT = (b'{"id":"7","model_name":"m","model_version":"1","parameters":{"p":0.1,"n":3,"s":"x","q":NaN,"b":true},'
             b'"outputs":[{"name":"A","datatype":"FP32","shape":[2],"data":[0.10000000149011612,2.0]},'
             b'{"name":"B","datatype":"INT32","shape":[2,1],"data":[1,2]},'
@@ -105,12 +105,6 @@ def _document() -> bytes:
 
 
 def test_the_document_is_triton_s_bytes() -> None:
-    assert _document() == DOCUMENT
-
-
-def test_the_document_is_the_same_without_orjson_fragment(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(codec, "_FRAGMENT", None)
-    monkeypatch.setattr(codec, "_written", codec._Written)
     assert _document() == DOCUMENT
 
 
