@@ -40,7 +40,7 @@ def become_init() -> int | None:
     return _supervise(child, old_mask)
 
 
-def _supervise(child: int, old_mask: set[signal.Signals]) -> int:
+def _supervise(child: int, old_mask: set[int | signal.Signals]) -> int:
     def forward(signum: int, frame: FrameType | None) -> None:
         try:
             os.kill(child, signum)

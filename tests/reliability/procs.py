@@ -8,6 +8,7 @@ from dataclasses import dataclass
 import psutil
 
 SHM_DIR = "/dev/shm"
+ARENA_MEMFD = "/memfd:naiad-py"  # the Python backend's arena segments (where memfd_create exists)
 
 
 @dataclass
@@ -16,7 +17,7 @@ class Snapshot:
     rss: int  # bytes, summed over the tree
     fds: int
     threads: int
-    shm_maps: int  # distinct shared-memory files mapped anywhere in the tree (deleted ones too)
+    shm_maps: int  # distinct shared-memory files (and arena memfds) mapped anywhere in the tree (deleted ones too)
     shm_files: list[str]  # the Python backend's segment files present in /dev/shm (it unlinks them at once)
 
     def describe(self) -> str:
@@ -50,10 +51,13 @@ def snapshot(pid: int) -> Snapshot:
 
 
 def _shm_mappings(pid: int) -> set[str]:
+    """Each mapped shared-memory file as "inode path": arena memfds all share one name, so the inode tells them
+    apart."""
     try:
         with open(f"/proc/{pid}/maps") as f:
-            return {line.split(None, 5)[5].strip() for line in f if f" {SHM_DIR}/" in line}
-    except (OSError, IndexError):
+            return {" ".join(fields[4:]) for line in f
+                    if (f" {SHM_DIR}/" in line or f" {ARENA_MEMFD}" in line) and len(fields := line.split()) > 5}
+    except OSError:
         return set()
 
 

@@ -29,7 +29,7 @@ from naiad.backends.python.environment import auto_complete_in_environment, reso
 from naiad.backends.python.inprocess import InProcessInstance
 from naiad.backends.python.process import NAIAD_ROOT, WorkerProcess, WorkerSpec
 from naiad.backends.python.runner import import_model
-from naiad.backends.python.shm import DEFAULT_GROWTH, DEFAULT_SIZE
+from naiad.backends.python.shm import DEFAULT_GROWTH, DEFAULT_SIZE, note_dev_shm
 from naiad.backends.registry import python_based
 from naiad.config import ModelConfig, pb
 from naiad.config.render import config_to_dict, dict_to_config
@@ -66,6 +66,11 @@ def _flag(options: dict[str, str], key: str) -> bool:
 
 class PythonBackend(Backend):
     name = "python"
+
+    def __init__(self) -> None:
+        # Made with the first Python model: the first moment this server needs shared memory of its own, so the
+        # moment to say whether /dev/shm's size will matter (once per process; a debug line where it won't).
+        note_dev_shm()
 
     def auto_complete(self, config: ModelConfig, model_dir: Path, version_dirs: list[Path]) -> ModelConfig:
         # Triton asks the newest version's model.py.

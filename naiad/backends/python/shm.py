@@ -2,9 +2,14 @@
 
 Each direction of a worker's channel has its own arena, and only the sending side allocates in it, so no
 cross-process lock is needed. A block starts with a one-byte in-use flag: the sender sets it when it
-allocates, the receiver clears it when the last NumPy view of the block is garbage collected. Segment
-files are unlinked as soon as they are opened and travel as file descriptors, so a crash leaves nothing
-behind in /dev/shm.
+allocates, the receiver clears it when the last NumPy view of the block is garbage collected. Segments
+are memfds (anonymous shared memory, not in /dev/shm, so Docker's 64 MiB /dev/shm doesn't bound them;
+where memfd_create is missing or refused, files in /dev/shm unlinked as soon as they are opened) and
+travel as file descriptors, so a crash leaves nothing behind.
+
+Memory. A segment is sparse: its size is a ceiling, not a reservation. The ring uses the segment's first
+``limit`` bytes and reaches further (reserving the new pages with fallocate) only when a block doesn't
+fit below it, so an idle or lightly used arena costs a few pages, whatever shm-default-byte-size says.
 
 The ring. The sender allocates in ring order in its current segment and reclaims freed blocks in the same
 order. A block the receiver keeps (a model that stores its input arrays, a server that caches outputs)
@@ -28,6 +33,8 @@ from __future__ import annotations
 import bisect
 import ctypes
 import errno
+import fcntl
+import logging
 import mmap
 import os
 import tempfile
@@ -39,40 +46,128 @@ import numpy as np
 
 from naiad.core.errors import Code, InferError
 
+log = logging.getLogger("naiad.python")
 SHM_DIR = "/dev/shm" if os.path.isdir("/dev/shm") else tempfile.gettempdir()
 ALIGN = 64
 HEADER = ALIGN  # the flag byte, padded so tensor data stays 64-byte aligned
 DEFAULT_SIZE = 1 << 20  # Triton's shm-default-byte-size
 DEFAULT_GROWTH = 1 << 20  # Triton's shm-growth-byte-size
+# How far a ring reaches into its segment at a time (at least one block). Small, so light traffic costs
+# little memory; large enough that a busy ring reserves rarely (one fallocate per step, ever).
+RESERVE_STEP = 256 << 10
+SMALL_DEV_SHM = 1 << 30  # below this, a /dev/shm that naiad's segments must live in is worth a word at start
+_SEALS = fcntl.F_SEAL_SHRINK | fcntl.F_SEAL_GROW | fcntl.F_SEAL_SEAL if hasattr(fcntl, "F_ADD_SEALS") else 0
+_memfd = hasattr(os, "memfd_create")  # cleared for the process once memfd_create is refused (e.g. seccomp)
 
 
-def shm_error(size: int, exc: OSError) -> InferError:
+def shm_error(size: int, exc: OSError, memfd: bool) -> InferError:
+    """The error for ``size`` bytes that could not be had, naming what ran out: memory for a memfd (no file
+    system bounds it: the host's memory or the container's limit does), space in /dev/shm for a file there."""
+    if memfd:
+        reason = "out of memory" if exc.errno in (errno.ENOMEM, errno.ENOSPC) else (exc.strerror or str(exc))
+        return InferError(
+            f"failed to allocate {size} bytes of shared memory (memfd: {reason}); free memory, raise the "
+            "container's memory limit or lower --backend-config=python,shm-default-byte-size / shm-growth-byte-size",
+            Code.UNAVAILABLE)
     reason = "no space left" if exc.errno == errno.ENOSPC else (exc.strerror or str(exc))
     return InferError(
         f"failed to allocate {size} bytes of shared memory in {SHM_DIR} ({reason}); free space there or lower "
         "--backend-config=python,shm-default-byte-size / shm-growth-byte-size", Code.UNAVAILABLE)
 
 
-def open_segment(size: int) -> tuple[int, mmap.mmap]:
-    """A new shared-memory file of ``size`` bytes, reserved up front so a full /dev/shm fails here, with a
-    clear error, rather than as a SIGBUS on first write."""
+def uses_memfd() -> bool:
+    """Whether segments are memfds (else files in /dev/shm): tried once, with a memfd made and closed."""
+    global _memfd
+    if _memfd:
+        try:
+            os.close(os.memfd_create("naiad-probe", os.MFD_CLOEXEC))
+        except OSError:
+            _memfd = False
+    return _memfd
+
+
+def _new_file() -> tuple[int, bool]:
+    """An anonymous shared-memory file: (fd, whether it is a memfd)."""
+    global _memfd
+    if _memfd:
+        try:
+            # CLOEXEC: the fd travels to the worker explicitly (SCM_RIGHTS), never by inheritance into
+            # whatever a model spawns. Sealing: once sized, neither side can shrink it under the other's
+            # mapping (a SIGBUS there) or grow it.
+            return os.memfd_create("naiad-py", os.MFD_CLOEXEC | os.MFD_ALLOW_SEALING), True
+        except OSError:
+            _memfd = False  # refused here (an old kernel, a seccomp filter): /dev/shm from now on
     fd, path = tempfile.mkstemp(prefix="naiad-py-", dir=SHM_DIR)
     os.unlink(path)
+    return fd, False
+
+
+def open_segment(size: int) -> tuple[int, mmap.mmap, bool]:
+    """A new shared-memory file of ``size`` bytes, mapped: (fd, map, whether it is a memfd).
+
+    Sparse, deliberately: nothing is reserved here; ``_Segment._reach`` reserves pages as the ring first reaches
+    them.
+    Reserving the whole size up front (as a /dev/shm file once had to be, lest a full /dev/shm SIGBUS the
+    first write) would make every idle instance cost 2 x shm-default-byte-size of memory: 32 MiB each under
+    SageMaker's default, 1.6 GiB for 50 models, whatever their traffic. Reserving as reached keeps the error
+    clear where the kernel can refuse (a full /dev/shm: ENOSPC; strict overcommit: ENOMEM) and costs one
+    fallocate per RESERVE_STEP, ever. Under a cgroup memory limit the kernel answers a shortfall with its
+    OOM killer rather than an error, here as for any other memory the tensors would need."""
+    fd, memfd = _new_file()
     try:
-        os.posix_fallocate(fd, 0, size)
-        return fd, mmap.mmap(fd, size)
+        os.ftruncate(fd, size)
+        if memfd and _SEALS:
+            fcntl.fcntl(fd, fcntl.F_ADD_SEALS, _SEALS)
+        return fd, mmap.mmap(fd, size), memfd
     except OSError as exc:
         os.close(fd)
-        raise shm_error(size, exc) from None
+        raise shm_error(size, exc, memfd) from None
+
+
+def dev_shm_note() -> str | None:
+    """What to say at start about /dev/shm's size: nothing when segments are memfds (naiad keeps nothing of
+    its own there; regions clients register are theirs), else, where /dev/shm is small, what needs it and how
+    to give it more."""
+    if uses_memfd():
+        return None
+    try:
+        info = os.statvfs(SHM_DIR)
+    except OSError:
+        return None
+    size = info.f_blocks * info.f_frsize
+    if size >= SMALL_DEV_SHM:
+        return None
+    return (f"memfd_create is not available here, so the Python backend's tensors in flight live in {SHM_DIR}, "
+            f"which holds only {size >> 20} MiB: a large request or a busy model may fail with 'failed to allocate "
+            "... bytes of shared memory'; give it more room (Docker: docker run --shm-size=1g)")
+
+
+_noted = False
+
+
+def note_dev_shm() -> None:
+    """Log ``dev_shm_note`` once per process (a debug line when there is nothing to say)."""
+    global _noted
+    if _noted:
+        return
+    _noted = True
+    note = dev_shm_note()
+    if note is not None:
+        log.warning("%s", note)
+    else:
+        log.debug("shared-memory segments are memfds: the size of %s doesn't bound them", SHM_DIR)
 
 
 class _Segment:
-    __slots__ = ("id", "size", "mm", "head", "blocks", "ends", "hole_starts", "hole_ends")
+    __slots__ = ("id", "size", "mm", "fd", "memfd", "limit", "head", "blocks", "ends", "hole_starts", "hole_ends")
 
-    def __init__(self, seg_id: int, size: int, mm: mmap.mmap) -> None:
+    def __init__(self, seg_id: int, size: int, mm: mmap.mmap, fd: int, memfd: bool) -> None:
         self.id = seg_id
         self.size = size
         self.mm = mm
+        self.fd = fd  # kept to reserve pages as the ring reaches them
+        self.memfd = memfd
+        self.limit = 0  # the ring lives in [0, limit): reserved, page-aligned (or the size)
         self.head = 0
         self.blocks: deque[int] = deque()  # offsets of live blocks, oldest first
         self.ends: deque[int] = deque()  # where each of those ends
@@ -89,12 +184,17 @@ class _Segment:
             self.head = 0
 
     def alloc(self, need: int) -> int:
-        """Offset of a block of ``need`` bytes (header included), or -1 when the segment has no room."""
+        """Offset of a block of ``need`` bytes (header included), or -1 when the segment has no room. Raises
+        InferError when the memory for pages the ring reaches for the first time can't be had."""
         self.reclaim()
         at = self._fit(need)
+        if at < 0 and self.limit < self.size and not (self.blocks and self.head <= self.blocks[0]):
+            at = self._reach(need)  # not wrapped: the block fits past the head once the ring reaches further
         if at < 0 and (self.blocks or self.hole_starts):
             self._set_aside()
             at = self._fit(need)
+            if at < 0 and self.limit < self.size:
+                at = self._reach(need)
         if at >= 0:
             self.mm[at] = 1
             self.blocks.append(at)
@@ -102,13 +202,27 @@ class _Segment:
             self.head = at + need
         return at
 
+    def _reach(self, need: int) -> int:
+        """Reserve further into the segment, a step (or a block) at a time, until the block fits: its offset, or
+        -1 at the segment's end. Raises InferError when the pages can't be had (the limit stays where it was)."""
+        at = -1
+        while at < 0 and self.limit < self.size:
+            limit = min(self.size, -(-(self.limit + max(RESERVE_STEP, need)) // mmap.PAGESIZE) * mmap.PAGESIZE)
+            try:
+                os.posix_fallocate(self.fd, self.limit, limit - self.limit)
+            except OSError as exc:
+                raise shm_error(limit - self.limit, exc, self.memfd) from None
+            self.limit = limit
+            at = self._fit(need)
+        return at
+
     def _fit(self, need: int) -> int:
-        head, blocks = self.head, self.blocks
+        head, blocks, limit = self.head, self.blocks, self.limit
         if not blocks:
-            regions: tuple = ((0, self.size),)
-        elif head > blocks[0]:  # used: [tail, head); free: [head, size) then [0, tail)
-            regions = ((head, self.size), (0, blocks[0]))
-        else:  # wrapped: used [tail, size) and [0, head); free: [head, tail)
+            regions: tuple = ((0, limit),)
+        elif head > blocks[0]:  # used: [tail, head); free: [head, limit) then [0, tail)
+            regions = ((head, limit), (0, blocks[0]))
+        else:  # wrapped: used [tail, limit) and [0, head); free: [head, tail)
             regions = ((head, blocks[0]),)
         starts = self.hole_starts
         for at, end in regions:
@@ -152,6 +266,9 @@ class _Segment:
             self.mm.close()
         except BufferError:
             pass  # a view is still alive somewhere; the mapping goes when it does
+        if self.fd >= 0:
+            os.close(self.fd)
+            self.fd = -1
 
 
 class Arena:
@@ -172,11 +289,23 @@ class Arena:
     def ring_bytes(self) -> int:
         return self.current.size + sum(s.size for s in self.retired)
 
-    def _open(self, size: int) -> _Segment:
-        fd, mm = open_segment(size)
-        segment = _Segment(self._next_id, size, mm)
+    def _open(self, size: int, need: int = 0) -> _Segment:
+        """A new segment, with room reserved for a first block of ``need`` bytes: if that memory can't be had,
+        the arena is left as it was (the current segment stays usable) and InferError says why."""
+        fd, mm, memfd = open_segment(size)
+        segment = _Segment(self._next_id, size, mm, fd, memfd)
+        try:
+            if need:
+                segment._reach(need)
+            sent = os.dup(fd)  # the channel sends this one, then closes it; the segment keeps its own
+        except OSError as exc:
+            segment.close()
+            raise shm_error(size, exc, memfd) from None
+        except InferError:
+            segment.close()
+            raise
         self._next_id += 1
-        self.new_fds.append((segment.id, fd))  # the channel sends it, then closes it
+        self.new_fds.append((segment.id, sent))
         return segment
 
     def alloc(self, nbytes: int) -> tuple[int, int, memoryview, bool]:
@@ -210,7 +339,7 @@ class Arena:
             segment = self._grow(need)
             self.copying = True
             return segment
-        segment = self._open(max(need, ALIGN * 2))  # the ring stays as it is: this block travels on its own
+        segment = self._open(max(need, ALIGN * 2), need)  # the ring stays as it is: this block travels alone
         self.one_off.append(segment)
         return segment
 
@@ -221,7 +350,7 @@ class Arena:
         # and a fresh segment costs page faults on every byte.
         if size < 2 * need:
             size += ((2 * need - size + self.growth - 1) // self.growth) * self.growth
-        segment = self._open(size)  # raises on a full /dev/shm; the current segment stays usable
+        segment = self._open(size, need)  # raises when memory is short; the current segment stays usable
         self.retired.append(old)
         self.current = segment
         self._drop_drained()

@@ -1,23 +1,32 @@
 """The shared-memory ring when its receiver keeps blocks: a few held blocks are stepped around, a receiver that
 holds everything puts the arena in copy mode with a bounded ring instead of growing it without end, and a
-real model that keeps every input array it was given gets them intact while the server's ring stays bounded."""
+real model that keeps every input array it was given gets them intact while the server's ring stays bounded.
+And its memory (issue 30): segments are sealed memfds outside /dev/shm, costing only the pages the ring reaches;
+where they must be /dev/shm files, a full /dev/shm fails the one allocation with a clear error, not a SIGBUS."""
 
 from __future__ import annotations
 
 import asyncio
 import json
+import os
+import subprocess
+import sys
+import textwrap
 from pathlib import Path
 
 import numpy as np
+import pytest
 
 from naiad.backends.base import VersionContext
 from naiad.backends.python.backend import PythonBackend
-from naiad.backends.python.shm import HEADER, Arena
+from naiad.backends.python.shm import HEADER, RESERVE_STEP, Arena, SegmentMap
 from naiad.config.loader import load_config
 from naiad.config.normalize import fill_defaults
 from naiad.config.render import config_to_dict
 from naiad.core.request import InferRequest
 from tests.backends.python import models as m
+from tests.container.namespace import unavailable
+from tests.server import ROOT
 
 KB = 1024
 MB = 1024 * KB
@@ -153,3 +162,91 @@ def test_a_model_that_keeps_all_its_inputs_leaves_the_ring_bounded(tmp_path: Pat
         asyncio.run(run())
     finally:
         loaded.unload()
+
+
+def _reserved(arena: Arena) -> int:
+    """Bytes of memory the current segment holds (pages reserved or touched), as the kernel counts them."""
+    return os.fstat(arena.current.fd).st_blocks * 512
+
+
+def test_segments_are_sealed_memfds_outside_dev_shm() -> None:
+    arena = Arena(16 * MB, 1 * MB)
+    receiver = SegmentMap()
+    try:
+        (seg_id, fd), = arena.take_announcements()[0]
+        assert os.readlink(f"/proc/self/fd/{fd}").startswith("/memfd:naiad-py")
+        # The receiver (a model's process) can neither shrink a segment under the sender's mapping nor grow it.
+        for size in (0, 32 * MB):
+            with pytest.raises(PermissionError):
+                os.ftruncate(fd, size)
+        receiver.add(seg_id, fd)
+        seg, offset, view, _ = arena.alloc(100 * KB)
+        view[:3] = b"abc"
+        view.release()
+        assert bytes(receiver.view(seg, offset, 3)) == b"abc"
+    finally:
+        receiver.close()
+        arena.close()
+
+
+def test_an_arena_costs_the_pages_its_ring_reaches_not_its_size() -> None:
+    arena = Arena(16 * MB, 1 * MB)  # SageMaker's default size
+    try:
+        assert _reserved(arena) == 0  # an idle instance costs nothing
+        in_flight: list[tuple[int, int]] = []
+        for _ in range(2000):  # ~400 MB through a pipeline that keeps three 200 kB blocks in flight
+            seg_id, offset, view, _ = arena.alloc(200 * KB)
+            view[:] = b"x" * len(view)  # every page of the block written
+            view.release()
+            in_flight.append((seg_id, offset))
+            if len(in_flight) == 3:
+                _release(arena, *in_flight.pop(0))
+        # The ring cycles through what the pipeline needs, not through the whole 16 MiB segment.
+        assert arena.current.size == 16 * MB and not arena.retired
+        assert arena.current.limit <= 3 * 200 * KB + 2 * RESERVE_STEP
+        assert _reserved(arena) == arena.current.limit
+        seg_id, offset, view, _ = arena.alloc(10 * MB)  # a large tensor reaches further, once
+        view.release()
+        assert _reserved(arena) >= 10 * MB and arena.current.size == 16 * MB
+    finally:
+        arena.close()
+
+
+# Run in a mount namespace whose /dev/shm holds 1 MiB, with memfds refused: segments are /dev/shm files there.
+FULL_DEV_SHM = """
+import os
+from naiad.backends.python import shm
+from naiad.core.errors import InferError
+
+shm._memfd = False  # as where memfd_create is missing or refused
+assert "live in /dev/shm, which holds only 1 MiB" in shm.dev_shm_note(), shm.dev_shm_note()
+arena = shm.Arena(16 << 20, 1 << 20)  # sparse: opens in a 1 MiB /dev/shm
+(_, fd), = arena.take_announcements()[0]
+assert os.readlink(f"/proc/self/fd/{fd}").startswith("/dev/shm/naiad-py-")
+for _ in range(100):
+    seg, offset, view, _ = arena.alloc(100 << 10)
+    view[:] = b"x" * len(view)
+    view.release()
+    arena.current.mm[offset - shm.HEADER] = 0  # freed, as the receiver does
+try:
+    arena.alloc(4 << 20)  # more than /dev/shm can hold: an error for this block, not a SIGBUS at first write
+except InferError as exc:
+    print(exc.message)
+seg, offset, view, _ = arena.alloc(100 << 10)  # and the arena goes on serving
+view[:] = b"y" * len(view)
+print("still serving")
+"""
+
+
+@pytest.mark.skipif(unavailable() is not None, reason=str(unavailable()))
+def test_a_full_dev_shm_fails_the_allocation_not_the_process() -> None:
+    script = "mount -t tmpfs -o size=1m tmpfs /dev/shm && exec \"$@\""
+    run = subprocess.run(["unshare", "--mount", "--propagation", "private", "sh", "-c", script, "sh", sys.executable,
+                          "-c", textwrap.dedent(FULL_DEV_SHM)], capture_output=True, text=True, timeout=60,
+                         env={**os.environ, "PYTHONPATH": str(ROOT)}, check=False)
+    assert run.returncode == 0, run.stderr
+    lines = run.stdout.splitlines()
+    assert lines[0].startswith("failed to allocate ") and lines[0].endswith(
+        " bytes of shared memory in /dev/shm (no space left); free space there or lower "
+        "--backend-config=python,shm-default-byte-size / shm-growth-byte-size"), lines
+    assert lines[1:] == ["still serving"]
