@@ -14,7 +14,8 @@ import orjson
 
 from naiad.core.datatypes import BF16, WIRE_TO_NUMPY, element_count, serialize_bytes
 from naiad.core.errors import internal, invalid
-from naiad.core.request import InferRequest, InferResponse, log_prefix as _log
+from naiad.core.request import InferRequest, InferResponse
+from naiad.core.request import log_prefix as _log
 from naiad.core.shared_memory import SharedMemoryRegistry, SharedMemoryUse
 from naiad.core.tensors import bad_shape, classify, from_buffer
 from naiad.frontends.http import floats
@@ -30,7 +31,7 @@ _SMALL = 256  # elements: a JSON output this small is written from a list (encod
 class OutputOptions:
     """What the client asked of the outputs: binary or JSON, per output or for all, or into shared memory."""
 
-    __slots__ = ("binary_default", "binary", "classification", "shm")
+    __slots__ = ("binary", "binary_default", "classification", "shm")
 
     def __init__(self) -> None:
         self.binary_default = False

@@ -8,7 +8,7 @@ import pytest
 
 from naiad.core.errors import Code, InferError
 from naiad.core.request import InferResponse
-from naiad.frontends.http import codec, dtoa
+from naiad.frontends.http import dtoa
 from naiad.frontends.http.codec import OutputOptions, decode_request, encode_response
 
 
