@@ -15,7 +15,6 @@ from __future__ import annotations
 import hashlib
 import http.client
 import json
-import os
 import re
 import shutil
 import socket
@@ -220,9 +219,8 @@ def test_the_image_holds_exactly_the_locked_set(image: str) -> None:
     assert installed == locked()
     # The server needs tritonclient's generated modules only; its clients (aiohttp, gevent, ...) are no runtime
     # dependency any more, so nothing beyond the lock may bring them.
-    run(["docker", "run", "--rm", "--entrypoint", "python", image, "-c",
-         "import tritonclient.grpc.service_pb2, tritonclient.grpc.service_pb2_grpc, "
-         "tritonclient.grpc.model_config_pb2"])
+    modules = "tritonclient.grpc.service_pb2, tritonclient.grpc.service_pb2_grpc, tritonclient.grpc.model_config_pb2"
+    run(["docker", "run", "--rm", "--entrypoint", "python", image, "-c", f"import {modules}"])
 
 
 def test_single_model_endpoint_serves_a_python_model(image: str, started: list[DockerContainer],
