@@ -7,8 +7,6 @@ A request body is a JSON header, optionally followed by raw tensor bytes when th
 
 from __future__ import annotations
 
-import json
-from math import isfinite
 from typing import Any
 
 import numpy as np
@@ -16,9 +14,11 @@ import orjson
 
 from naiad.core.datatypes import BF16, WIRE_TO_NUMPY, element_count, serialize_bytes
 from naiad.core.errors import internal, invalid
-from naiad.core.request import InferRequest, InferResponse, log_prefix as _log
+from naiad.core.request import InferRequest, InferResponse
+from naiad.core.request import log_prefix as _log
 from naiad.core.shared_memory import SharedMemoryRegistry, SharedMemoryUse
 from naiad.core.tensors import bad_shape, classify, from_buffer
+from naiad.frontends.http import floats
 
 # Request parameters that steer the server rather than reach the model.
 _RESERVED_PARAMETERS = frozenset(
@@ -31,7 +31,7 @@ _SMALL = 256  # elements: a JSON output this small is written from a list (encod
 class OutputOptions:
     """What the client asked of the outputs: binary or JSON, per output or for all, or into shared memory."""
 
-    __slots__ = ("binary_default", "binary", "classification", "shm")
+    __slots__ = ("binary", "binary_default", "classification", "shm")
 
     def __init__(self) -> None:
         self.binary_default = False
@@ -375,17 +375,17 @@ def encode_response(response: InferResponse, options: OutputOptions, labels: dic
                     batching: bool = True) -> tuple[bytes, list[bytes | memoryview], int | None]:
     """The JSON header, the binary chunks that follow it, and the header length (None when all JSON).
     ``batching``: the model's max_batch_size > 0 (classification then ranks each batch row)."""
-    doc: dict[str, Any] = {"model_name": response.model_name, "model_version": response.model_version}
-    if response.id:
-        doc["id"] = response.id
+    # Triton's key order: the id (when there is one) comes first.
+    doc: dict[str, Any] = {"id": response.id} if response.id else {}
+    doc["model_name"] = response.model_name
+    doc["model_version"] = response.model_version
     if response.parameters:
-        doc["parameters"] = response.parameters
+        doc["parameters"] = _parameters(response.parameters)
     outputs = []
     chunks: list[bytes | memoryview] = []
     binary_default = options.binary_default
     per_output = options.binary
     shm = options.shm
-    nonfinite = False
     for name, array in response.outputs.items():
         k = options.classification.get(name)
         if k:
@@ -400,39 +400,31 @@ def encode_response(response: InferResponse, options: OutputOptions, labels: dic
             chunks.append(raw)
         elif datatype == "BYTES":
             entry["data"] = [_to_str(v) for v in array.ravel()]
+        elif datatype == "FP32" or datatype == "FP64":
+            # Triton's float text (RapidJSON's Grisu2 and layout, FP32 through double), which no JSON library
+            # writes: pre-written, so the document's bytes don't depend on orjson's version.
+            entry["data"] = orjson.Fragment(floats.array_json(array))
         elif datatype == "FP16" or datatype == "BF16":
             raise invalid(f"sending {datatype} data via JSON is not supported. Please use the binary data format "
                           "for output")
         elif array.size <= _SMALL:
-            # A small tensor as a list of Python numbers, which orjson writes exactly as it writes the array (FP32
-            # through double, as Triton prints it), at a fraction of the array path's NumPy calls.
-            values = array.ravel().tolist()
-            entry["data"] = values
-            if datatype[0] == "F" and not isfinite(sum(values)):  # (a sum that overflowed: each value looked at)
-                nonfinite = nonfinite or not all(map(isfinite, values))
+            # A small tensor as a list of Python ints or bools, which orjson writes exactly as it writes the
+            # array, at a fraction of the array path's NumPy calls.
+            entry["data"] = array.ravel().tolist()
         else:
-            # FP32 goes out through double, as Triton prints it: a JSON reader sees Triton's exact value.
-            data = _contiguous_array(array.astype(np.float64) if datatype == "FP32" else array)
-            entry["data"] = data
-            if data.dtype.kind == "f":
-                nonfinite = nonfinite or not np.isfinite(data).all()
+            entry["data"] = _contiguous_array(array)
         outputs.append(entry)
     doc["outputs"] = outputs
-    if nonfinite:
-        header = _dumps_fallback(doc)
-    else:
-        header = orjson.dumps(doc, option=orjson.OPT_SERIALIZE_NUMPY)
+    header = orjson.dumps(doc, option=orjson.OPT_SERIALIZE_NUMPY)
     return header, chunks, (len(header) if chunks else None)
 
 
-def _dumps_fallback(doc: dict[str, Any]) -> bytes:
-    """The rare slow path: NaN and infinities as Triton writes them (``NaN``, ``Infinity``), which orjson can't."""
-    def plain(value: Any) -> Any:
-        if isinstance(value, np.ndarray):
-            return value.tolist()
-        raise TypeError(f"cannot serialize {type(value).__name__}")
-
-    return json.dumps(doc, default=plain, separators=(",", ":"), allow_nan=True).encode()
+def _parameters(parameters: dict[str, Any]) -> dict[str, Any]:
+    """Response parameters, floats in Triton's text (as its writer gives every double)."""
+    if float not in set(map(type, parameters.values())):
+        return parameters
+    return {key: orjson.Fragment(floats.text(value).encode()) if type(value) is float else value
+            for key, value in parameters.items()}
 
 
 _WIRE_BY_DTYPE = {d: w for w, d in WIRE_TO_NUMPY.items()}
@@ -443,7 +435,7 @@ def _wire_name(dtype: np.dtype) -> str:
 
 
 def _contiguous_array(array: np.ndarray) -> np.ndarray:
-    # orjson serializes only C-contiguous, native-endian arrays.
+    # orjson serializes only C-contiguous, native-endian arrays (ints and bools here: floats are pre-written).
     return np.ascontiguousarray(array, dtype=array.dtype.newbyteorder("=")).ravel()
 
 

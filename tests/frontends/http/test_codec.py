@@ -8,6 +8,7 @@ import pytest
 
 from naiad.core.errors import Code, InferError
 from naiad.core.request import InferResponse
+from naiad.frontends.http import dtoa
 from naiad.frontends.http.codec import OutputOptions, decode_request, encode_response
 
 
@@ -30,7 +31,7 @@ def test_tensor_parameters_that_are_no_object_leave_no_data_source() -> None:
     assert info.value.message.endswith("But no field is set")
 
 
-# --- small JSON outputs, written from a list (encode_response's fast path) ---------------------------------------
+# --- JSON outputs: small ones written from a list, floats in Triton's text -----------------------------------------
 
 def _encoded(array: np.ndarray) -> dict:
     response = InferResponse("m", "1", "", {"OUT": array})
@@ -39,17 +40,32 @@ def _encoded(array: np.ndarray) -> dict:
     return orjson.loads(header)["outputs"][0]
 
 
-@pytest.mark.parametrize("dtype", [np.float32, np.float64, np.int8, np.int32, np.int64, np.uint8, np.uint64, np.bool_])
+def _data(header: bytes) -> bytes:
+    start = header.index(b'"data":') + len(b'"data":')
+    return header[start : header.index(b"]", start) + 1]
+
+
+@pytest.mark.parametrize("dtype", [np.int8, np.int32, np.int64, np.uint8, np.uint64, np.bool_])
 @pytest.mark.parametrize("size", [0, 1, 7, 256, 257])
 def test_small_and_large_outputs_are_written_alike(dtype: type, size: int) -> None:
-    # Up to 256 elements the output goes out as a list, above as the array: the same text either way (FP32
-    # through double, as Triton prints it).
+    # Up to 256 elements the output goes out as a list, above as the array: the same text either way.
     rng = np.random.default_rng(size)
     array = (rng.standard_normal((size,)) * 1e6).astype(dtype).reshape(-1, 1)
-    expected = array.astype(np.float64) if dtype is np.float32 else array
     out = _encoded(array)
     assert out["shape"] == [size, 1]
-    assert orjson.dumps(out["data"]) == orjson.dumps(expected.ravel(), option=orjson.OPT_SERIALIZE_NUMPY)
+    assert orjson.dumps(out["data"]) == orjson.dumps(array.ravel(), option=orjson.OPT_SERIALIZE_NUMPY)
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize("size", [0, 1, 7, 256, 257, 5000])
+def test_float_outputs_of_any_size_are_written_as_triton_writes_them(dtype: type, size: int) -> None:
+    # RapidJSON's text for each element (FP32 through double), whichever writer the size picks.
+    rng = np.random.default_rng(size)
+    array = (rng.standard_normal((size,)) * 10.0 ** rng.integers(-30, 30, size)).astype(dtype).reshape(-1, 1)
+    header, _, _ = encode_response(InferResponse("m", "1", "", {"OUT": array}), OutputOptions())
+    expected = "[" + ",".join(dtoa.triton_text(v) for v in array.ravel().tolist()) + "]"
+    assert _data(header) == expected.encode()
+    assert orjson.loads(header)["outputs"][0]["shape"] == [size, 1]
 
 
 def test_a_small_output_with_nonfinite_values_is_written_as_triton_writes_them() -> None:
@@ -58,11 +74,38 @@ def test_a_small_output_with_nonfinite_values_is_written_as_triton_writes_them()
     assert b'"data":[NaN,Infinity,-Infinity,1.5]' in header
 
 
-def test_a_small_output_whose_sum_overflows_is_still_finite() -> None:
-    # The sum is only a quick look: finite values whose sum overflows are written as any finite ones (orjson's
-    # "1e308", where the non-finite path would write Python's "1e+308").
-    header, _, _ = encode_response(InferResponse("m", "1", "", {"OUT": np.array([1e308, 1e308])}), OutputOptions())
-    assert b'"data":[1e308,1e308]' in header
+def test_float_text_is_triton_s_not_the_json_library_s() -> None:
+    # orjson 3.8 writes 1e308 "1e308", 3.13 "1e+308", Python's json "1e+308"; Triton "1e308" (and its Grisu2 gives
+    # 0.30000000000000004 as ...07, 1e16 as 10000000000000000.0, 1e-6 as 0.000001).
+    values = np.array([1e308, 1e308, 0.30000000000000004, 1e16, 1e-6, -0.0, np.nan])
+    header, _, _ = encode_response(InferResponse("m", "1", "", {"OUT": values}), OutputOptions())
+    assert _data(header) == b"[1e308,1e308,0.30000000000000007,10000000000000000.0,0.000001,-0.0,NaN]"
+
+
+# The whole document in bytes, Triton's key order and float text.
+DOCUMENT = (b'{"id":"7","model_name":"m","model_version":"1","parameters":{"p":0.1,"n":3,"s":"x","q":NaN,"b":true},'
+            b'"outputs":[{"name":"A","datatype":"FP32","shape":[2],"data":[0.10000000149011612,2.0]},'
+            b'{"name":"B","datatype":"INT32","shape":[2,1],"data":[1,2]},'
+            b'{"name":"C","datatype":"BYTES","shape":[1],"data":["\\u00001e308"]},'
+            b'{"name":"D","datatype":"FP64","shape":[1],"parameters":{"binary_data_size":8}},'
+            b'{"name":"E","datatype":"FP64","shape":[0],"data":[]}]}')
+
+
+def _document() -> bytes:
+    response = InferResponse("m", "1", "7", {"A": np.array([0.1, 2], dtype=np.float32),
+                                             "B": np.array([[1], [2]], dtype=np.int32),
+                                             "C": np.array([b"\x001e308"], dtype=np.object_),
+                                             "D": np.array([1e308]), "E": np.zeros(0)})
+    response.parameters = {"p": 0.1, "n": 3, "s": "x", "q": float("nan"), "b": True}
+    options = OutputOptions()
+    options.binary["D"] = True
+    header, chunks, length = encode_response(response, options)
+    assert length == len(header) and bytes(chunks[0]) == np.array([1e308]).tobytes()
+    return header
+
+
+def test_the_document_is_triton_s_bytes() -> None:
+    assert _document() == DOCUMENT
 
 
 @pytest.mark.parametrize("item, message", [
