@@ -334,6 +334,7 @@ class Link(ChannelEnd):
         id_ = message[1]
         if self.service.sagemaker_hit(request.model_name) is not None:
             self._queue(id_, request)
+            self.service.sagemaker_touch(request.model_name)  # (as ``sagemaker_infer`` follows a hit in one process)
         else:
             self._track(id_, asyncio.ensure_future(self._reload(id_, request)))
 
@@ -344,6 +345,7 @@ class Link(ChannelEnd):
             self._result(id_, InferResponse(request.model_name, request.model_version, request.id, error=exc))
             return
         self._queue(id_, request)  # before anything else runs: the model is kept for it until then
+        self.service.sagemaker_touch(request.model_name)
         self._on_change()
 
     def _queue(self, id_: int, request: InferRequest) -> None:
