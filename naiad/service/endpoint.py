@@ -155,9 +155,8 @@ class ChannelEnd:
             return []
         if not messages:
             return None
-        for i, message in enumerate(messages):
-            if message[0] == _PART:
-                return self._assemble(messages)
+        if messages[0][0] == _PART:  # (a part travels alone in its datagram)
+            return self._assemble(messages)
         return messages
 
     def _assemble(self, messages: list[tuple]) -> list[tuple]:

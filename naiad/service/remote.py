@@ -203,6 +203,7 @@ class RemoteService(ChannelEnd, Service):
         if self._reading:  # (a catch-up from within a message's handling: the outer read carries on)
             return
         self._reading = True
+        heard = False
         try:
             while True:
                 try:
@@ -211,8 +212,10 @@ class RemoteService(ChannelEnd, Service):
                     self._channel_lost()
                     return
                 if messages is None:
+                    if heard:
+                        self._heard = self.loop.time()  # type: ignore[union-attr]
                     return
-                self._heard = self.loop.time()  # type: ignore[union-attr]
+                heard = True
                 for message in messages:
                     kind = message[0]
                     if kind == _RESULT:
