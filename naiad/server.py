@@ -192,11 +192,11 @@ class Server:
                                                   self.options.metrics.port, exc)) from None
 
     def bind_ports(self, processes: int = 1) -> dict[str, list[socket.socket]]:
-        """The HTTP, SageMaker and gRPC ports, each bound once, in that order (Triton's), before anything serves
-        them: Triton's line (``SystemExit``) for one that is taken, with what was bound closed again. The lean
-        gRPC engine serves from its sockets as HTTP does; grpcio binds its own (it can't adopt a socket), so with
-        front-end ``processes`` its port gets the host's guard (naiad/frontends/ports.py) and with one process
-        nothing here."""
+        """The HTTP, SageMaker and gRPC ports, each bound once (in the order they have always opened in), before
+        anything serves them: Triton's line (``SystemExit``) for one that is taken, with what was bound closed. The
+        lean gRPC engine serves from its sockets as HTTP does; grpcio binds its own (it can't adopt a socket), so
+        with front-end ``processes`` its port gets the host's guard (naiad/frontends/ports.py), and with one
+        process nothing here."""
         options, bound = self.options, {}
         grpc = options.grpc
         try:
