@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import functools
 import logging
 import os
 import pickle
@@ -30,6 +31,7 @@ from pathlib import Path
 from typing import Any
 
 import naiad
+from naiad.frontends import ports
 from naiad.frontends.connections import Gate
 from naiad.frontends.shared_counts import Counts, SharedGate, entries_for
 from naiad.server import Server, ServerOptions, _dashboard_url, run_process
@@ -53,14 +55,14 @@ class Host(Server):
         self._views: tuple = ()
         self._announced = False
         self.counts: Counts | None = None
-        self.sockets: dict[str, list[socket.socket]] = {}  # each port's, bound here and served by the front ends
+        self.ports: dict[str, ports.Port] = {}  # bound here, served by the front ends
 
     async def open_frontends(self) -> None:
         # Each port's connections counted across the front ends, its caps as one process would set them.
         self.counts = Counts.create(self.count, {name: entries_for(gate) for name, gate in self._gates().items()})
         # Every port bound here first, in one process's order: a taken one ends the start with Triton's line
         # before any front end starts.
-        self.sockets = self.bind_ports(self.count)
+        self.ports = self.bind_ports(self.count)
         await self.open_metrics()  # the host's own port, open before any front end answers ready
         if self.service.failure is None:
             # Accepting before the front ends listen (the first may take requests before the last starts); live,
@@ -80,8 +82,7 @@ class Host(Server):
         assert self.counts is not None
         fds = [child.fileno(), self.counts.fd]
         # The listening sockets it serves from (a guard is the host's alone).
-        served = {name: [sock.fileno() for sock in sockets] for name, sockets in self.sockets.items()
-                  if sockets[0].getsockopt(socket.SOL_SOCKET, socket.SO_ACCEPTCONN)}
+        served = {name: [sock.fileno() for sock in port.sockets] for name, port in self.ports.items() if not port.guard}
         proc = subprocess.Popen([sys.executable, "-m", "naiad.processes", str(index), *map(str, fds)],
                                 pass_fds=fds + [fd for listed in served.values() for fd in listed],
                                 stdin=subprocess.PIPE, env=env)
@@ -187,9 +188,8 @@ class Host(Server):
                 proc.send_signal(signal.SIGTERM if drain else signal.SIGKILL)
         # The ports close once the front ends close their copies too (they accept until their drain ends, as one
         # process does); nothing restarts one now.
-        for sockets in self.sockets.values():
-            for sock in sockets:
-                sock.close()
+        for port in self.ports.values():
+            port.close()
         await super().stop(drain)
 
     def _running(self) -> bool:
@@ -220,11 +220,11 @@ class Frontend(Server):
     """One front-end process: the ports, over the host's face."""
 
     def __init__(self, options: ServerOptions, index: int, sock: socket.socket,
-                 logs: dict[str, Any], counts: Counts, sockets: dict[str, list[socket.socket]]) -> None:
+                 logs: dict[str, Any], counts: Counts, served: dict[str, ports.Port]) -> None:
         # (no super().__init__: the repository and the rest are the host's)
         options.grpc.reuse_port = True  # grpcio binds the port itself, beside its siblings and the host's guard
         self.options = options
-        self.sockets = sockets  # the host's listening sockets, inherited
+        self.served = served  # the host's listening sockets, inherited
         self.index = index
         self.remote = RemoteService(sock, lost_host(index))
         self.service = self.remote
@@ -235,8 +235,8 @@ class Frontend(Server):
         self.logs = logs
         self.counts = counts
 
-    def listening(self) -> dict[str, list[socket.socket]]:
-        return self.sockets
+    def listening(self) -> dict[str, ports.Port]:
+        return self.served
 
     def _gates(self) -> dict[str, Gate]:
         return {name: SharedGate(gate, self.counts, name, self.index) for name, gate in super()._gates().items()}
@@ -267,8 +267,13 @@ def main(argv: list[str]) -> int:
     options, logs, served = pickle.load(sys.stdin.buffer)
     logging.basicConfig(level=logging.WARNING, format=f"front end {index}: %(message)s")
     sock = socket.socket(fileno=fd)
-    sockets = {name: [socket.socket(fileno=listening) for listening in fds] for name, fds in served.items()}
-    return run_process(lambda: Frontend(options, index, sock, logs, Counts(counts), sockets).run())
+    shared = Counts(counts)
+    # The host's listening sockets, each accepted from by every front end; one ahead of its share of a port's
+    # connections leaves the next to the others a moment (naiad/frontends/acceptor.py).
+    ports_served = {name: ports.Port([socket.socket(fileno=listening) for listening in fds], shared=True,
+                                     ahead=functools.partial(shared.ahead, name, index))
+                    for name, fds in served.items()}
+    return run_process(lambda: Frontend(options, index, sock, logs, shared, ports_served).run())
 
 
 if __name__ == "__main__":

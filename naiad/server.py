@@ -5,7 +5,6 @@ from __future__ import annotations
 import asyncio
 import logging
 import signal
-import socket
 import sys
 import time
 from collections.abc import Callable, Coroutine
@@ -124,7 +123,7 @@ class Server:
             self.service.log_settings = options.log_settings
         self.service.tracer = Tracer(options.trace)
         self.service.shared_memory.max_regions = options.shared_memory_max_regions
-        self._servers: list[asyncio.base_events.Server] = []
+        self._servers: list[Any] = []  # each port's asyncio servers (or acceptors: ports.Port.serve)
         self._grpc: Any = None  # grpc.aio.Server, or the lean engine's server
         self._metrics: Any = None  # MetricsService (imported only when metrics are served)
         self._stop = asyncio.Event()
@@ -191,13 +190,13 @@ class Server:
                 raise SystemExit(ports.bind_error("Metrics", self.options.metrics.address,
                                                   self.options.metrics.port, exc)) from None
 
-    def bind_ports(self, processes: int = 1) -> dict[str, list[socket.socket]]:
+    def bind_ports(self, processes: int = 1) -> dict[str, ports.Port]:
         """The HTTP, SageMaker and gRPC ports, each bound once (in the order they have always opened in), before
         anything serves them: Triton's line (``SystemExit``) for one that is taken, with what was bound closed. The
         lean gRPC engine serves from its sockets as HTTP does; grpcio binds its own (it can't adopt a socket), so
         with front-end ``processes`` its port gets the host's guard (naiad/frontends/ports.py), and with one
         process nothing here."""
-        options, bound = self.options, {}
+        options, bound = self.options, dict[str, ports.Port]()
         grpc = options.grpc
         try:
             if options.allow_http:
@@ -209,20 +208,19 @@ class Server:
             elif grpc.enabled and processes > 1:
                 bound["GRPC"] = ports.guard("GRPC", grpc.address, grpc.port, grpc.reuse_port)
         except SystemExit:
-            for sockets in bound.values():
-                for sock in sockets:
-                    sock.close()
+            for port in bound.values():
+                port.close()
             raise
         return bound
 
-    def listening(self) -> dict[str, list[socket.socket]]:
-        """The sockets this process serves its ports from: bound here (a front-end process's are its host's)."""
+    def listening(self) -> dict[str, ports.Port]:
+        """The ports this process serves: bound here (a front-end process's are its host's)."""
         return self.bind_ports()
 
     async def open_frontends(self) -> None:
         """Listen on the HTTP, SageMaker and gRPC ports (the model host of --frontend-processes N starts
-        processes that do instead, on the sockets it bound)."""
-        sockets = self.listening()
+        processes that do instead, from the sockets it bound)."""
+        served = self.listening()
         admission = self._gates()
         poll.POLL.configure(self.options.idle_poll_us)
         poll.POLL.watch(lambda: self.service.in_flight)
@@ -231,7 +229,7 @@ class Server:
             protocol = HttpProtocol
             if self.options.http.header_forward is not None:
                 from naiad.frontends.http.forwarding import NamedHeadersProtocol as protocol  # type: ignore[assignment]
-            await self._listen(sockets["HTTP"], router, protocol, admission["HTTP"])
+            await self._listen(served["HTTP"], router, protocol, admission["HTTP"])
             log.info("Started HTTPService at %s:%d", self.options.http_address, self.options.http_port)
             if self.options.http.dashboard:
                 log.info("Dashboard at %s", _dashboard_url(self.options.http_address, self.options.http_port))
@@ -243,7 +241,7 @@ class Server:
             sagemaker_router = SageMakerRouter(self.service, sagemaker,
                                                None if self.options.allow_http else self.options.http,
                                                self.options.http.allowed_hosts)
-            await self._listen(sockets["Sagemaker"], sagemaker_router, gate=admission["Sagemaker"])
+            await self._listen(served["Sagemaker"], sagemaker_router, gate=admission["Sagemaker"])
             log.info("Started Sagemaker HTTPService at %s:%d", sagemaker.address, sagemaker.port)
             if not self.options.allow_http and self.options.http.dashboard:
                 log.info("Dashboard at %s", _dashboard_url(sagemaker.address, sagemaker.port))
@@ -253,7 +251,7 @@ class Server:
             )
 
             self._grpc = await grpc_server.start(self.service, self.options.grpc, admission["GRPC"],
-                                                 sockets.get("GRPC"))
+                                                 served.get("GRPC"))
 
     def _warn_code_upload(self) -> None:
         """Explicit mode: say which front ends refuse model code, and how to allow it; or that any client may."""
@@ -286,14 +284,11 @@ class Server:
             ports["GRPC"] = (grpc.max_connections, grpc.max_connections_per_address)
         return gates(ports, raise_nofile())
 
-    async def _listen(self, sockets: list[socket.socket], router: object, protocol: type[HttpProtocol] = HttpProtocol,
+    async def _listen(self, port: ports.Port, router: object, protocol: type[HttpProtocol] = HttpProtocol,
                       gate: Gate | None = None) -> None:
         max_body = self.options.http_max_input_size
         listener = Listener(self.options.http.limits, gate)  # this port's own connection count
-        loop = asyncio.get_running_loop()
-        for sock in sockets:  # (bound already: serving one can't fail for the port)
-            self._servers.append(await loop.create_server(
-                lambda: protocol(router, max_body, listener), sock=sock, backlog=ports.BACKLOG))  # type: ignore[arg-type]
+        self._servers += await port.serve(lambda: protocol(router, max_body, listener))  # type: ignore[arg-type]
 
     async def _load_models(self) -> None:
         self.control.load_startup()

@@ -38,8 +38,8 @@ def auto_frontends(cgroup: Path = CGROUP) -> tuple[int, str]:
     if cores < cpus:
         why += f": {cpus} CPUs, cgroup CPU quota {quota:g}"
     if count == 1:
-        return count, f"--frontend-processes auto: one process, no front-end processes ({why}; on 2 or fewer, one " \
-                      "process is faster)"
+        return count, (f"--frontend-processes auto: one process, no front-end processes ({why}; on 2 or fewer, one "
+                       "process is faster)")
     why += f"; at most {MAX_FRONTENDS}" if cores - 1 > MAX_FRONTENDS else "; one kept for the model host"
     return count, f"--frontend-processes auto: {count} front-end processes ({why})"
 

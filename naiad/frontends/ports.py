@@ -12,10 +12,39 @@ listen with SO_REUSEPORT, the port held by the host's ``guard``.
 
 from __future__ import annotations
 
+import asyncio
 import errno
 import socket
+import ssl
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
 
 BACKLOG = 2048
+
+
+@dataclass
+class Port:
+    """A served port's sockets: listening ones (``listen``), or a guard (``guard``) that serves nothing."""
+
+    sockets: list[socket.socket]
+    shared: bool = False  # other processes (sibling front ends) accept from these sockets too
+    guard: bool = False
+    ahead: Callable[[], bool] | None = None  # shared: whether this process holds more than its share of connections
+
+    async def serve(self, factory: Callable[[], asyncio.BaseProtocol], context: ssl.SSLContext | None = None
+                    ) -> list[Any]:
+        """Serve the port's connections with ``factory``'s protocols: what comes back answers ``close()``."""
+        if self.shared:
+            from naiad.frontends.acceptor import Acceptor
+
+            return [Acceptor(sock, factory, context, self.ahead) for sock in self.sockets]
+        loop = asyncio.get_running_loop()
+        return [await loop.create_server(factory, sock=sock, backlog=BACKLOG, ssl=context) for sock in self.sockets]
+
+    def close(self) -> None:
+        for sock in self.sockets:
+            sock.close()
 
 
 def bind_error(name: str, address: str, port: int, exc: OSError | None = None) -> str:
@@ -54,16 +83,16 @@ def _bind(name: str, address: str, port: int, options: list[tuple[int, int]], li
     return bound
 
 
-def listen(name: str, address: str, port: int, reuse_port: bool = False) -> list[socket.socket]:
+def listen(name: str, address: str, port: int, reuse_port: bool = False) -> Port:
     """The port's listening sockets, as asyncio's ``create_server`` would make them (SO_REUSEADDR: a restart
     doesn't wait for the last run's connections in TIME_WAIT); SO_REUSEPORT only when the user asks for it
     (``--reuse-http-port``, ``--reuse-grpc-port``: then other servers that ask for it too may join). Triton's
     line (``SystemExit``) when the port is taken."""
     options = [(socket.SO_REUSEADDR, 1)] + ([(socket.SO_REUSEPORT, 1)] if reuse_port else [])
-    return _bind(name, address, port, options, listen=True)
+    return Port(_bind(name, address, port, options, listen=True))
 
 
-def guard(name: str, address: str, port: int, reuse_port: bool = False) -> list[socket.socket]:
+def guard(name: str, address: str, port: int, reuse_port: bool = False) -> Port:
     """The port held for front ends that bind it themselves with SO_REUSEPORT (grpcio's): Triton's line when
     anything holds it already, else sockets bound to it that never listen (they take no connections).
 
@@ -79,9 +108,10 @@ def guard(name: str, address: str, port: int, reuse_port: bool = False) -> list[
         for sock in _bind(name, address, port, [(socket.SO_REUSEADDR, 1)], listen=False):
             sock.close()  # (a moment's window before the guard binds: a server started in it fails there)
     try:
-        return _bind(name, address, port, [(socket.SO_REUSEPORT, 1)], listen=False)
+        return Port(_bind(name, address, port, [(socket.SO_REUSEPORT, 1)], listen=False), guard=True)
     except SystemExit:
         # What refuses, where nothing listens (the check passed), is the last run's connections in TIME_WAIT
         # (a minute), which only SO_REUSEADDR binds over. With it a server without SO_REUSEPORT could bind the
         # port while no front end listens (never while one does).
-        return _bind(name, address, port, [(socket.SO_REUSEADDR, 1), (socket.SO_REUSEPORT, 1)], listen=False)
+        return Port(_bind(name, address, port, [(socket.SO_REUSEADDR, 1), (socket.SO_REUSEPORT, 1)], listen=False),
+                    guard=True)

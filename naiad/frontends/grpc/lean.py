@@ -26,7 +26,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import socket
 import ssl
 import zlib
 from collections import deque
@@ -54,7 +53,7 @@ from naiad.frontends.http2.events import (
 from naiad.frontends.http2.frames import NO_ERROR, literal, literal_indexed_name
 from naiad.frontends.http2.limits import Limits
 from naiad.frontends.poll import POLL
-from naiad.frontends.ports import BACKLOG
+from naiad.frontends.ports import Port
 
 log = logging.getLogger("naiad.grpc")
 
@@ -639,16 +638,12 @@ class LeanServer:
         self.limits = limits or Limits()
         self.connections: set[Connection] = set()
         self.closing = False
-        self.servers: list[asyncio.base_events.Server] = []
+        self.servers: list[Any] = []  # asyncio servers, or acceptors (ports.Port.serve)
 
-    async def start(self, options: GrpcOptions, sockets: list[socket.socket]) -> None:
-        """Serve from the port's listening ``sockets`` (naiad/frontends/ports.py: bound by this process, or by the
+    async def start(self, options: GrpcOptions, port: Port) -> None:
+        """Serve from the port's listening sockets (naiad/frontends/ports.py: bound by this process, or by the
         model host and shared by its front-end processes)."""
-        loop = asyncio.get_running_loop()
-        context = tls_context(options) if options.use_ssl else None
-        for sock in sockets:
-            self.servers.append(await loop.create_server(lambda: Connection(self), sock=sock, backlog=BACKLOG,
-                                                         ssl=context))
+        self.servers = await port.serve(lambda: Connection(self), tls_context(options) if options.use_ssl else None)
 
     async def stop(self, grace: float | None = None) -> None:
         self.closing = True
@@ -677,10 +672,10 @@ def tls_context(options: GrpcOptions) -> ssl.SSLContext:
 
 
 async def start(paths: dict[str, grpc.RpcMethodHandler], inference: Inference, options: GrpcOptions,
-                gate: Gate | None, sockets: list[socket.socket]) -> LeanServer:
+                gate: Gate | None, port: Port) -> LeanServer:
     restricted = options.restricted.rule("inference") is not None
     level = options.infer_compression_level
     server = LeanServer(paths, inference, None if restricted else _INFER_PATH, None if level == "none" else level,
                         limits_for(options), gate, options)
-    await server.start(options, sockets)
+    await server.start(options, port)
     return server

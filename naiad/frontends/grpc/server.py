@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import inspect
 import logging
-import socket
 from collections.abc import Callable
 from typing import Any
 
@@ -195,9 +194,9 @@ def handlers(paths: dict[str, grpc.RpcMethodHandler]) -> list[grpc.GenericRpcHan
 
 
 async def start(service: Service, options: GrpcOptions, gate: Gate | None = None,
-                sockets: list[socket.socket] | None = None) -> Any:
+                port: ports.Port | None = None) -> Any:
     """The gRPC server as ``options.engine`` says; either answers ``await stop(grace=None)``. ``gate``: the port's
-    admission, its cap lowered to fit the open file limit (default: the flags'). ``sockets``: the lean engine's
+    admission, its cap lowered to fit the open file limit (default: the flags'). ``port``: the lean engine's
     listening sockets (ports.listen; bound here when not given); grpcio binds the port itself."""
     gate = gate or Gate(options.max_connections, options.max_connections_per_address)
     engine = options.chosen_engine()
@@ -207,9 +206,9 @@ async def start(service: Service, options: GrpcOptions, gate: Gate | None = None
     if engine == "lean":
         from naiad.frontends.grpc import lean
 
-        if sockets is None:
-            sockets = ports.listen("GRPC", options.address, options.port, options.reuse_port)
-        server: Any = await lean.start(paths, inference, options, gate, sockets)
+        if port is None:
+            port = ports.listen("GRPC", options.address, options.port, options.reuse_port)
+        server: Any = await lean.start(paths, inference, options, gate, port)
         log.info("Started GRPCInferenceService at %s (lean HTTP/2 engine%s)", address,
                  ", TLS" if options.use_ssl else "")
         return server
