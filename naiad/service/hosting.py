@@ -19,6 +19,7 @@ from naiad.repository.consent import CodeConsent
 from naiad.service import wire
 from naiad.service.endpoint import ChannelEnd
 from naiad.service.face import Service
+from naiad.service.precheck import Undo, undo
 
 log = logging.getLogger("naiad")
 
@@ -32,6 +33,17 @@ def error_value(exc: BaseException) -> tuple[str, str, str]:
         log.exception("a front end's call failed", exc_info=exc)
         exc = internal(str(exc) or type(exc).__name__)
     return type(exc).__name__, exc.code.name, exc.message
+
+
+class Changed:
+    """A request's ``checked`` until ``Link.settle``: the version a front end checked it against, and what that
+    check changed in it."""
+
+    __slots__ = ("handle", "changes")
+
+    def __init__(self, handle: Any, changes: Undo) -> None:
+        self.handle = handle
+        self.changes = changes
 
 
 class Pending(Answer):
@@ -153,7 +165,7 @@ class Link(ChannelEnd):
         """A request (``wire.Request``) as the face takes it, straight from the message (the hot path: no
         intermediate objects)."""
         (_, _, name, version, request_id, inputs, requested, parameters, correlation_id, flags, priority,
-         timeout_us, raw_input, checked, batch_size) = message
+         timeout_us, raw_input, checked, batch_size, changes) = message
         unpack = self.channel.unpack
         arrays = {}
         for record in inputs:
@@ -168,9 +180,29 @@ class Link(ChannelEnd):
         if checked:
             # The version the front end checked it against: that version's submit skips the check; any other
             # (the policy's choice moved on, or the number is from before an INVALIDATE: None) checks it.
-            request.checked = self.versions.get(checked)
             request.batch_size = batch_size
+            handle = self.versions.get(checked)
+            # A check that changed the request holds only where its version serves it: ``settle`` decides, just
+            # before the request is queued (without one, a version that checks again finds it as it came).
+            request.checked = handle if changes is None else Changed(handle, changes)
         return request
+
+    def settle(self, request: InferRequest) -> None:
+        """Just before ``request`` is queued (nothing may run in between): where the front end's check changed it
+        (reshapes, raw input) for a version that no longer serves it, put it back as its client sent it, to be
+        checked by the version that does."""
+        changed = request.checked
+        if type(changed) is not Changed:
+            return
+        try:
+            serving = self.service.model(request.model_name, request.model_version).handle
+        except InferError:
+            serving = None  # refused by the face in a moment, in its own words
+        if changed.handle is not None and serving is changed.handle:
+            request.checked = serving
+        else:
+            request.checked = None
+            undo(request, changed.changes)
 
     def _track(self, id_: int, future: asyncio.Future) -> None:
         self.requests[id_] = future
@@ -200,6 +232,8 @@ class Link(ChannelEnd):
         answer = Pending(self, id_)
         self.requests[id_] = answer
         try:
+            if request.checked is not None:
+                self.settle(request)
             self.service.infer(request, None, answer)  # type: ignore[arg-type]
         except InferError as exc:
             self.requests.pop(id_, None)
@@ -215,6 +249,7 @@ class Link(ChannelEnd):
 
     async def _stream(self, id_: int, request: InferRequest) -> None:
         try:
+            self.settle(request)  # (the stream's first step queues the request: nothing runs in between)
             async for response in self.service.stream(request):
                 self._result(id_, response)
                 if response.final:

@@ -273,12 +273,12 @@ class RemoteService(ChannelEnd, Service):
         """``request`` as a ``wire.Request``, checked here first when the view came from the host with its
         signature (the host then skips its check)."""
         check = None if view is None else view.handle
-        checked = 0 if check is None else check.run(request)
+        checked, undo = (0, None) if check is None else check.run(request)
         pack = self.channel.pack
         return (kind, id_, request.model_name, request.model_version, request.id,
                 [pack(name, array) for name, array in request.inputs.items()], request.requested_outputs,
                 request.parameters, request.correlation_id, request.flags, request.priority, request.timeout_us,
-                request.raw_input, checked, request.batch_size)
+                request.raw_input, checked, request.batch_size, undo)
 
     def _forward(self, id_: int, message: tuple) -> None:
         if self._active < MAX_IN_FLIGHT:

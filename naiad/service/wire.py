@@ -61,6 +61,9 @@ class Request(NamedTuple):
     # own words). The host skips its check only if that number still stands for the version that serves it.
     checked: int = 0
     batch_size: int = 0  # what that check set (0 when unchecked)
+    # What that check changed (``precheck.Undo``; None: nothing but the batch size): where another version serves
+    # the request, the host puts it back as the client sent it before checking it.
+    undo: tuple | None = None
 
 
 class Result(NamedTuple):

@@ -42,7 +42,7 @@ SLOW_PY = """
 
 def _infer(front: Channel, id_: int, seconds: float, name: str = "INPUT0") -> None:
     record = front.pack(name, np.array([seconds, 1.0], np.float32))
-    front.send((wire.INFER, id_, "slow", "", f"r{id_}", [record], None, {}, 0, 0, 0, 0, None, 0, 0))
+    front.send(tuple(wire.Request(wire.INFER, id_, "slow", "", f"r{id_}", [record], None, {}, 0, 0, 0, 0, None)))
 
 
 @contextlib.asynccontextmanager
@@ -146,9 +146,9 @@ def test_the_host_skips_its_check_only_for_the_version_the_front_end_checked_aga
             # refuses that shape, so an answer shows it trusted the front end's check, a refusal that it checked.
             record = front.pack("INPUT0", np.arange(12, dtype=np.float32).reshape(3, 2, 2))
 
-            def infer(id_: int, version: str, checked: int, kind: int = wire.INFER) -> None:
+            def infer(id_: int, version: str, checked: int, kind: int = wire.INFER, undo: tuple | None = None) -> None:
                 front.send(tuple(wire.Request(kind, id_, "reshaped", version, f"r{id_}", [record], None, {}, 0, 0, 0, 0,
-                                              None, checked, 3 if checked else 0)))
+                                              None, checked, 3 if checked else 0, undo)))
             views = {}
             for id_, version in ((1, ""), (2, "1")):
                 front.send((wire.CALL, id_, "model", ("reshaped", version)))
@@ -165,8 +165,14 @@ def test_the_host_skips_its_check_only_for_the_version_the_front_end_checked_aga
             infer(4, "2", 0)  # unchecked
             infer(5, "2", 4242)  # a number the host never gave
             infer(6, "1", views["1"], wire.STREAM)  # a stream, trusted as a unary request
-            got = await _results(front, 6)
-            for id_ in (1, 2, 6):
+            # Checked against 1 and reshaped by that check, but "" is served by 2 (a reload with another config
+            # would do the same): put back as the client sent it, [3,4], then checked by 2, which takes it.
+            reshaped = ("", (("INPUT0", (3, 4)),))
+            infer(8, "", views["1"], undo=reshaped)
+            infer(9, "", views["1"], wire.STREAM, undo=reshaped)
+            infer(10, "1", views["1"], undo=reshaped)  # 1 serves it: the check holds, nothing undone
+            got = await _results(front, 9)
+            for id_ in (1, 2, 6, 8, 9, 10):
                 assert got[id_][7] is None, got[id_][7]
                 (output,) = got[id_][5]
                 assert front.unpack(False, *output)[1].shape == (3, 4)  # the output's reshape undone
@@ -182,8 +188,8 @@ def test_the_host_skips_its_check_only_for_the_version_the_front_end_checked_aga
 
             stats = {s["version"]: s for s in service.model_statistics("reshaped")["model_stats"]}
             # Trusted requests count as any other, with the batch size the front end's check set; refusals as before.
-            assert stats["2"]["inference_stats"]["success"]["count"] == 1 and stats["2"]["inference_count"] == 3
-            assert stats["1"]["inference_stats"]["success"]["count"] == 2 and stats["1"]["inference_count"] == 6
+            assert stats["2"]["inference_stats"]["success"]["count"] == 3 and stats["2"]["inference_count"] == 9
+            assert stats["1"]["inference_stats"]["success"]["count"] == 3 and stats["1"]["inference_count"] == 9
             assert stats["2"]["inference_stats"]["fail"]["count"] == 3
             assert stats["1"]["inference_stats"]["fail"]["count"] == 1
 

@@ -105,6 +105,7 @@ def test_requests_are_checked_before_they_go_and_sent_as_they_came_when_they_fai
             await asyncio.sleep(0)
             sent = {r.request_id: r for r in map(wire.Request._make, await asyncio.to_thread(host.receive, True))}
             assert (sent["ok"].checked, sent["ok"].batch_size) == (5, 3)
+            assert sent["ok"].undo == ("", (("A", (3, 4)),))  # for the host, should another version serve it
             assert dict(host.unpack(False, *t)[:2] for t in sent["ok"].inputs)["A"].shape == (3, 2, 2)
             for unchecked in (sent["bad"], sent["no view"]):
                 assert (unchecked.checked, unchecked.batch_size) == (0, 0)
