@@ -25,6 +25,7 @@ class DefaultScheduler:
         self._pool = InstancePool(instances, limiter, self._dispatch)
         self._queue: deque[tuple[InferRequest, Done]] = deque()
         self._stats = stats
+        self._dispatching = False
 
     @property
     def pending(self) -> int:
@@ -52,16 +53,24 @@ class DefaultScheduler:
             self._finish(done, execution.started_ns, instance, (request,), execution)
 
     def _dispatch(self) -> None:
-        while self._queue:
-            if self._queue[0][0].cancelled:
-                drop_cancelled(*self._queue.popleft())
-                continue
-            instance = self._pool.take()
-            if instance is None:
-                return
-            request, done = self._queue.popleft()
-            # A positional partial: called from C, no frame or keyword dict of its own per request.
-            run(instance, [request], partial(self._finish, done, now_ns()))
+        # An inline execution finishes inside the loop below (``_finish`` asks for a dispatch), which carries on:
+        # a deep queue (a burst after a stall) must not become as deep a recursion, whose RecursionError lost answers.
+        if self._dispatching:
+            return
+        self._dispatching = True
+        try:
+            while self._queue:
+                if self._queue[0][0].cancelled:
+                    drop_cancelled(*self._queue.popleft())
+                    continue
+                instance = self._pool.take()
+                if instance is None:
+                    return
+                request, done = self._queue.popleft()
+                # A positional partial: called from C, no frame or keyword dict of its own per request.
+                run(instance, [request], partial(self._finish, done, now_ns()))
+        finally:
+            self._dispatching = False
 
     def _finish(self, done: Done, started: int, instance: Instance, requests: Sequence[InferRequest],
                 result: Execution) -> None:

@@ -136,3 +136,42 @@ def test_a_model_busy_on_its_thread_is_not_run_inline(monkeypatch: pytest.Monkey
         release.set()
         instance.finalize()
     np.testing.assert_array_equal(answers[0].outputs["OUT"], [[6.0, 6.0]])
+
+
+def test_a_deep_queue_drained_by_inline_executions_answers_every_request(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A burst queued behind a busy instance (a model host back from a stall): each inline execution's completion
+    dispatches the next; that must be a loop, not a recursion as deep as the queue (before: RecursionError, answers
+    lost)."""
+    monkeypatch.setattr(threaded, "INLINE_BELOW_NS", 20_000_000)
+    release = threading.Event()
+
+    class Held(Double):
+        def run(self, inputs: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+            if inputs["IN"][0, 0] == 0.0:
+                release.wait(5)
+            return super().run(inputs)
+
+    instance = Held()
+    scheduler = DefaultScheduler([instance], ModelStats())
+    answers: list[InferResponse] = []
+    count = 5000
+
+    async def main() -> None:
+        await _warm(instance)
+        held = _request(0.0)
+        instance.inline = False  # the first runs on the thread and holds the instance while the burst queues
+        scheduler.enqueue(held, lambda _, response, __: answers.append(response))
+        instance.inline = True
+        for value in range(1, count):
+            scheduler.enqueue(_request(float(value)), lambda _, response, __: answers.append(response))
+        assert len(answers) == 0 and scheduler.pending == count
+        release.set()
+        while len(answers) < count:
+            await asyncio.sleep(0.01)
+
+    try:
+        asyncio.run(main())
+    finally:
+        instance.finalize()
+    assert [r.error for r in answers if r.error is not None] == []
+    assert sorted(float(r.outputs["OUT"][0, 0]) for r in answers) == [2.0 * v for v in range(count)]
