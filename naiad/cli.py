@@ -12,7 +12,7 @@ from typing import Any
 
 from naiad import __version__
 from naiad.core import trace_config
-from naiad.core.cores import available as available_cores
+from naiad.core.cores import auto_frontends
 from naiad.core.errors import InferError
 from naiad.core.flags import add_flag, parse_bool
 from naiad.core.pid1 import become_init
@@ -305,10 +305,12 @@ def serve(args: argparse.Namespace) -> int:
 
 
 def frontend_processes(value: str) -> int:
-    """--frontend-processes: a count, or ``auto`` (one on a small host, where one process is faster)."""
+    """--frontend-processes: a count, or ``auto`` (one on a small host, where one process is faster), which says
+    at start what it chose and why."""
     if value == "auto":
-        cores = available_cores()
-        return 1 if cores <= 2 else min(cores - 1, 16)
+        count, why = auto_frontends()
+        logging.getLogger("naiad").info("%s", why)
+        return count
     if not value.isdigit() or int(value) < 1:
         raise ValueError(f"--frontend-processes must be a positive number or auto, not '{value}'")
     return int(value)

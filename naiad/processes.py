@@ -1,20 +1,24 @@
 """``naiad serve --frontend-processes N``: this process is the model host (repository, schedulers, backends,
-statistics, the metrics port) and N front-end processes serve the HTTP, gRPC and SageMaker ports, each on the
-same ports (SO_REUSEPORT: the kernel spreads connections), calling the host through ``service.remote`` over a
-shared-memory channel (``service.hosting`` is the host's end).
+statistics, the metrics port) and N front-end processes serve the HTTP, gRPC and SageMaker ports, calling the
+host through ``service.remote`` over a shared-memory channel (``service.hosting`` is the host's end). The host
+binds each port once, before any front end starts (Triton's line when one is taken), and the front ends accept
+from the listening sockets they inherit; grpcio's front ends bind the gRPC port themselves with SO_REUSEPORT, the
+host holding it with a guard (naiad/frontends/ports.py).
 
 Faults: a front end that dies (kill -9) loses its own connections; what it had in flight at the host is
 cancelled and it is started again. A host that dies takes the front ends with it (their channel closes; the first
 says so). SIGTERM drains every process: the front ends stop accepting and finish what they have in flight while
 the host still serves, then the host drains and finalizes as one process would.
 
-Run as ``python -m naiad.processes INDEX FD COUNTS_FD`` by the host: the options come pickled on stdin.
+Run as ``python -m naiad.processes INDEX FD COUNTS_FD`` by the host: the options, and which inherited descriptors
+are which port's listening sockets, come pickled on stdin.
 """
 
 from __future__ import annotations
 
 import asyncio
 import dataclasses
+import functools
 import logging
 import os
 import pickle
@@ -27,6 +31,7 @@ from pathlib import Path
 from typing import Any
 
 import naiad
+from naiad.frontends import ports
 from naiad.frontends.connections import Gate
 from naiad.frontends.shared_counts import Counts, SharedGate, entries_for
 from naiad.server import Server, ServerOptions, _dashboard_url, run_process
@@ -50,10 +55,14 @@ class Host(Server):
         self._views: tuple = ()
         self._announced = False
         self.counts: Counts | None = None
+        self.ports: dict[str, ports.Port] = {}  # bound here, served by the front ends
 
     async def open_frontends(self) -> None:
         # Each port's connections counted across the front ends, its caps as one process would set them.
         self.counts = Counts.create(self.count, {name: entries_for(gate) for name, gate in self._gates().items()})
+        # Every port bound here first, in one process's order: a taken one ends the start with Triton's line
+        # before any front end starts.
+        self.ports = self.bind_ports(self.count)
         await self.open_metrics()  # the host's own port, open before any front end answers ready
         if self.service.failure is None:
             # Accepting before the front ends listen (the first may take requests before the last starts); live,
@@ -72,13 +81,16 @@ class Host(Server):
         env["PYTHONPATH"] = root + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
         assert self.counts is not None
         fds = [child.fileno(), self.counts.fd]
+        # The listening sockets it serves from (a guard is the host's alone).
+        served = {name: [sock.fileno() for sock in port.sockets] for name, port in self.ports.items() if not port.guard}
         proc = subprocess.Popen([sys.executable, "-m", "naiad.processes", str(index), *map(str, fds)],
-                                pass_fds=fds, stdin=subprocess.PIPE, env=env)
+                                pass_fds=fds + [fd for listed in served.values() for fd in listed],
+                                stdin=subprocess.PIPE, env=env)
         child.close()
         assert proc.stdin is not None
         # The options as the front end needs them: its logging is its own (a LogSettings holds open handlers).
         proc.stdin.write(pickle.dumps((dataclasses.replace(self.options, log_settings=None),
-                                       self.service.log_settings.as_dict())))
+                                       self.service.log_settings.as_dict(), served)))
         proc.stdin.close()
         link = Link(self.service, parent, self._lost, self._changed, self._unregistered, self._live_links)
         link.on_ready = self._announce
@@ -174,6 +186,10 @@ class Host(Server):
         for proc in self.procs:
             if proc is not None and proc.poll() is None:
                 proc.send_signal(signal.SIGTERM if drain else signal.SIGKILL)
+        # The ports close once the front ends close their copies too (they accept until their drain ends, as one
+        # process does); nothing restarts one now.
+        for port in self.ports.values():
+            port.close()
         await super().stop(drain)
 
     def _running(self) -> bool:
@@ -203,12 +219,12 @@ class Host(Server):
 class Frontend(Server):
     """One front-end process: the ports, over the host's face."""
 
-    share_ports = True
-
     def __init__(self, options: ServerOptions, index: int, sock: socket.socket,
-                 logs: dict[str, Any], counts: Counts) -> None:  # no super().__init__
-        options.grpc.reuse_port = True
+                 logs: dict[str, Any], counts: Counts, served: dict[str, ports.Port]) -> None:
+        # (no super().__init__: the repository and the rest are the host's)
+        options.grpc.reuse_port = True  # grpcio binds the port itself, beside its siblings and the host's guard
         self.options = options
+        self.served = served  # the host's listening sockets, inherited
         self.index = index
         self.remote = RemoteService(sock, lost_host(index))
         self.service = self.remote
@@ -218,6 +234,9 @@ class Frontend(Server):
         self._stop = asyncio.Event()
         self.logs = logs
         self.counts = counts
+
+    def listening(self) -> dict[str, ports.Port]:
+        return self.served
 
     def _gates(self) -> dict[str, Gate]:
         return {name: SharedGate(gate, self.counts, name, self.index) for name, gate in super()._gates().items()}
@@ -245,10 +264,16 @@ class Frontend(Server):
 
 def main(argv: list[str]) -> int:
     index, fd, counts = int(argv[0]), int(argv[1]), int(argv[2])
-    options, logs = pickle.load(sys.stdin.buffer)
+    options, logs, served = pickle.load(sys.stdin.buffer)
     logging.basicConfig(level=logging.WARNING, format=f"front end {index}: %(message)s")
     sock = socket.socket(fileno=fd)
-    return run_process(lambda: Frontend(options, index, sock, logs, Counts(counts)).run())
+    shared = Counts(counts)
+    # The host's listening sockets, each accepted from by every front end; one ahead of its share of a port's
+    # connections leaves the next to the others a moment (naiad/frontends/acceptor.py).
+    ports_served = {name: ports.Port([socket.socket(fileno=listening) for listening in fds], shared=True,
+                                     ahead=functools.partial(shared.ahead, name, index))
+                    for name, fds in served.items()}
+    return run_process(lambda: Frontend(options, index, sock, logs, shared, ports_served).run())
 
 
 if __name__ == "__main__":

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import errno
 import logging
 import os
 import signal
@@ -19,7 +18,7 @@ from naiad.core.errors import STATUS_NAMES, InferError, internal, invalid
 from naiad.core.settings import LogSettings
 from naiad.core.stats import ModelStats
 from naiad.core.tracing import Tracer
-from naiad.frontends import poll
+from naiad.frontends import poll, ports
 from naiad.frontends.connections import Gate, gates, raise_nofile
 from naiad.frontends.grpc.options import GrpcOptions
 from naiad.frontends.http.limits import Listener
@@ -84,8 +83,6 @@ class ServerOptions:
 
 
 class Server:
-    share_ports = False  # SO_REUSEPORT on every port (a front-end process of --frontend-processes N)
-
     def __init__(self, options: ServerOptions) -> None:
         self.options = options
         # Before any model loads: each version's statistics keep a window only when summaries are on.
@@ -128,7 +125,7 @@ class Server:
             self.service.log_settings = options.log_settings
         self.service.tracer = Tracer(options.trace)
         self.service.shared_memory.max_regions = options.shared_memory_max_regions
-        self._servers: list[asyncio.base_events.Server] = []
+        self._servers: list[Any] = []  # each port's asyncio servers (or acceptors: ports.Port.serve)
         self._grpc: Any = None  # grpc.aio.Server, or the lean engine's server
         self._metrics: Any = None  # MetricsService (imported only when metrics are served)
         self._stop = asyncio.Event()
@@ -192,12 +189,40 @@ class Server:
             try:
                 await self._metrics.start()
             except OSError as exc:
-                raise SystemExit(_bind_error("Metrics", self.options.metrics.address, self.options.metrics.port,
-                                             exc)) from None
+                raise SystemExit(ports.bind_error("Metrics", self.options.metrics.address,
+                                                  self.options.metrics.port, exc)) from None
+
+    def bind_ports(self, processes: int = 1) -> dict[str, ports.Port]:
+        """The HTTP, SageMaker and gRPC ports, each bound once (in the order they have always opened in), before
+        anything serves them: Triton's line (``SystemExit``) for one that is taken, with what was bound closed. The
+        lean gRPC engine serves from its sockets as HTTP does; grpcio binds its own (it can't adopt a socket), so
+        with front-end ``processes`` its port gets the host's guard (naiad/frontends/ports.py), and with one
+        process nothing here."""
+        options, bound = self.options, dict[str, ports.Port]()
+        grpc = options.grpc
+        try:
+            if options.allow_http:
+                bound["HTTP"] = ports.listen("HTTP", options.http_address, options.http_port, options.reuse_http_port)
+            if options.sagemaker.enabled:
+                bound["Sagemaker"] = ports.listen("Sagemaker", options.sagemaker.address, options.sagemaker.port)
+            if grpc.enabled and grpc.chosen_engine() == "lean":
+                bound["GRPC"] = ports.listen("GRPC", grpc.address, grpc.port, grpc.reuse_port)
+            elif grpc.enabled and processes > 1:
+                bound["GRPC"] = ports.guard("GRPC", grpc.address, grpc.port, grpc.reuse_port)
+        except SystemExit:
+            for port in bound.values():
+                port.close()
+            raise
+        return bound
+
+    def listening(self) -> dict[str, ports.Port]:
+        """The ports this process serves: bound here (a front-end process's are its host's)."""
+        return self.bind_ports()
 
     async def open_frontends(self) -> None:
         """Listen on the HTTP, SageMaker and gRPC ports (the model host of --frontend-processes N starts
-        processes that do instead)."""
+        processes that do instead, from the sockets it bound)."""
+        served = self.listening()
         admission = self._gates()
         poll.POLL.configure(self.options.idle_poll_us)
         poll.POLL.watch(lambda: self.service.in_flight)
@@ -206,8 +231,7 @@ class Server:
             protocol = HttpProtocol
             if self.options.http.header_forward is not None:
                 from naiad.frontends.http.forwarding import NamedHeadersProtocol as protocol  # type: ignore[assignment]
-            await self._listen("HTTP", router, self.options.http_address, self.options.http_port,
-                               self.options.reuse_http_port or self.share_ports, protocol, admission["HTTP"])
+            await self._listen(served["HTTP"], router, protocol, admission["HTTP"])
             log.info("Started HTTPService at %s:%d", self.options.http_address, self.options.http_port)
             if self.options.http.dashboard:
                 log.info("Dashboard at %s", _dashboard_url(self.options.http_address, self.options.http_port))
@@ -219,8 +243,7 @@ class Server:
             sagemaker_router = SageMakerRouter(self.service, sagemaker,
                                                None if self.options.allow_http else self.options.http,
                                                self.options.http.allowed_hosts)
-            await self._listen("Sagemaker", sagemaker_router, sagemaker.address, sagemaker.port,
-                               self.share_ports, gate=admission["Sagemaker"])
+            await self._listen(served["Sagemaker"], sagemaker_router, gate=admission["Sagemaker"])
             log.info("Started Sagemaker HTTPService at %s:%d", sagemaker.address, sagemaker.port)
             if not self.options.allow_http and self.options.http.dashboard:
                 log.info("Dashboard at %s", _dashboard_url(sagemaker.address, sagemaker.port))
@@ -229,7 +252,8 @@ class Server:
                 server as grpc_server,  # grpc loads only when it is served
             )
 
-            self._grpc = await grpc_server.start(self.service, self.options.grpc, admission["GRPC"])
+            self._grpc = await grpc_server.start(self.service, self.options.grpc, admission["GRPC"],
+                                                 served.get("GRPC"))
 
     def _warn_code_upload(self) -> None:
         """Explicit mode: say which front ends refuse model code, and how to allow it; or that any client may."""
@@ -262,18 +286,11 @@ class Server:
             ports["GRPC"] = (grpc.max_connections, grpc.max_connections_per_address)
         return gates(ports, raise_nofile())
 
-    async def _listen(self, name: str, router: object, address: str, port: int, reuse_port: bool = False,
-                      protocol: type[HttpProtocol] = HttpProtocol, gate: Gate | None = None) -> None:
+    async def _listen(self, port: ports.Port, router: object, protocol: type[HttpProtocol] = HttpProtocol,
+                      gate: Gate | None = None) -> None:
         max_body = self.options.http_max_input_size
         listener = Listener(self.options.http.limits, gate)  # this port's own connection count
-        loop = asyncio.get_running_loop()
-        try:
-            server = await loop.create_server(lambda: protocol(router, max_body, listener),  # type: ignore[arg-type]
-                                              address, port, reuse_address=True, reuse_port=reuse_port or None,
-                                              backlog=2048)
-        except OSError as exc:
-            raise SystemExit(_bind_error(name, address, port, exc)) from None
-        self._servers.append(server)
+        self._servers += await port.serve(lambda: protocol(router, max_body, listener))  # type: ignore[arg-type]
 
     async def _load_models(self) -> None:
         self.control.load_startup()
@@ -395,14 +412,6 @@ def _dashboard_url(address: str, port: int) -> str:
     """Where a browser on this machine opens the dashboard (a wildcard address listens on loopback too)."""
     host = "localhost" if address in ("", "0.0.0.0", "::") else f"[{address}]" if ":" in address else address
     return f"http://{host}:{port}/dashboard"
-
-
-def _bind_error(name: str, address: str, port: int, exc: OSError) -> str:
-    """Triton's one line for a front end that can't listen (main.cc), with the OS's reason when it is not the
-    usual one."""
-    if exc.errno == errno.EADDRINUSE:
-        return f"error: failed to start {name} service: Unavailable - Socket '{address}:{port}' already in use"
-    return f"error: failed to start {name} service: Unavailable - Socket '{address}:{port}': {exc.strerror or exc}"
 
 
 def run_process(main: Callable[[], Coroutine[Any, Any, None]]) -> int:

@@ -41,10 +41,32 @@ def test_a_quota_caps_the_cpus_the_mask_shows(tmp_path: Path, monkeypatch: pytes
 
 
 @pytest.mark.parametrize(("available", "processes"), [(1, 1), (2, 1), (3, 2), (4, 3), (16, 15), (64, 16)])
-def test_auto_is_one_up_to_two_cores_then_one_per_core_but_one(available: int, processes: int,
+def test_auto_is_one_up_to_two_cores_then_one_per_core_but_one(available: int, processes: int, tmp_path: Path,
                                                                 monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr("naiad.cli.available_cores", lambda: available)
-    assert frontend_processes("auto") == processes
+    monkeypatch.setattr(os, "sched_getaffinity", lambda _: set(range(available)))
+    assert cores.auto_frontends(tmp_path)[0] == processes
+
+
+def test_auto_says_what_it_chose_and_why(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(os, "sched_getaffinity", lambda _: set(range(4)))
+    assert cores.auto_frontends(tmp_path)[1] == \
+        "--frontend-processes auto: 3 front-end processes (4 cores available; one kept for the model host)"
+    assert cores.auto_frontends(_v2(tmp_path / "q", "250000 100000"))[1] == (
+        "--frontend-processes auto: 2 front-end processes (3 cores available: 4 CPUs, cgroup CPU quota 2.5; one kept "
+        "for the model host)")
+    monkeypatch.setattr(os, "sched_getaffinity", lambda _: set(range(2)))
+    assert cores.auto_frontends(tmp_path)[1] == ("--frontend-processes auto: one process, no front-end processes "
+                                                 "(2 cores available; on 2 or fewer, one process is faster)")
+    monkeypatch.setattr(os, "sched_getaffinity", lambda _: set(range(64)))
+    assert cores.auto_frontends(tmp_path)[1] == \
+        "--frontend-processes auto: 16 front-end processes (64 cores available; at most 16)"
+
+
+def test_the_flag_logs_autos_choice(monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture) -> None:
+    monkeypatch.setattr("naiad.cli.auto_frontends", lambda: (3, "--frontend-processes auto: 3 front-end processes"))
+    with caplog.at_level("INFO", logger="naiad"):
+        assert frontend_processes("auto") == 3
+    assert caplog.messages == ["--frontend-processes auto: 3 front-end processes"]
     assert frontend_processes("3") == 3
     with pytest.raises(ValueError, match="positive number or auto"):
         frontend_processes("0")

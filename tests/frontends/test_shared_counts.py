@@ -81,3 +81,22 @@ def test_a_full_table_still_holds_the_port_cap() -> None:
     assert gate.admit("10.1.0.0") == ADDRESS_FULL  # counted ones still are
     assert all(gate.admit(f"10.2.0.{i}") is None for i in range(2))
     assert gate.admit("10.3.0.1") == PORT_FULL
+
+
+def test_ahead_is_more_than_one_over_the_others_mean() -> None:
+    host = Counts.create(3, {"HTTP": 0})
+    gates = [SharedGate(Gate(0, 0), Counts(host.fd), "HTTP", slot) for slot in range(3)]
+    assert not any(host.ahead("HTTP", slot) for slot in range(3))
+    gates[0].admit(None)
+    assert not host.ahead("HTTP", 0)  # one over: a connection at a time (each closed before the next) stays put
+    gates[0].admit(None)
+    assert host.ahead("HTTP", 0) and not host.ahead("HTTP", 1)
+    gates[1].admit(None)
+    gates[1].admit(None)
+    assert not host.ahead("HTTP", 0)  # 2 against a mean of 1: not more than one over
+    host.clear(2)
+    assert not host.ahead("HTTP", 0)
+    one = Counts.create(1, {"HTTP": 0})
+    SharedGate(Gate(0, 0), Counts(one.fd), "HTTP", 0).admit(None)
+    SharedGate(Gate(0, 0), Counts(one.fd), "HTTP", 0).admit(None)
+    assert not one.ahead("HTTP", 0)  # alone, never ahead of anyone

@@ -410,9 +410,9 @@ class WorkerProcess:
         return int.from_bytes(word, sys.byteorder, signed=True) if len(word) == 8 else None
 
     def _close_progress(self) -> None:
-        if self._progress >= 0:
-            os.close(self._progress)
-            self._progress = -1
+        fd, self._progress = self._progress, -1  # (taken before it is closed: a restart and an unload may race)
+        if fd >= 0:
+            os.close(fd)
 
     def _restart(self) -> None:
         if self._restarting or self.closing:

@@ -266,9 +266,9 @@ class _Segment:
             self.mm.close()
         except BufferError:
             pass  # a view is still alive somewhere; the mapping goes when it does
-        if self.fd >= 0:
-            os.close(self.fd)
-            self.fd = -1
+        fd, self.fd = self.fd, -1  # (taken before it is closed: never closed twice)
+        if fd >= 0:
+            os.close(fd)
 
 
 class Arena:

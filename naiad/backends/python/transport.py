@@ -60,6 +60,7 @@ class _Typestrs(dict):
 
 
 TYPESTRS = _Typestrs()
+_CLOSING = threading.Lock()  # close() runs once per channel, whichever thread calls it first
 
 
 class Channel:
@@ -84,6 +85,7 @@ class Channel:
         self._view = memoryview(self._buffer)  # (made once: receive slices it per datagram)
         self._held: list[Message] = []  # messages ``hold`` kept back; the next send takes them along
         self.closed = False
+        self._released = False  # close() has run (``closed`` is also set when the peer goes)
         self.use(codec)
 
     def use(self, codec: Codec) -> None:
@@ -309,6 +311,13 @@ class Channel:
         return bool(select.select([self.sock], [], [], timeout)[0])
 
     def close(self) -> None:
+        # Once, whoever comes first: a worker's restart (an executor thread) and an unload (the loop) may both
+        # close a starting worker's channel, and closing its segments' descriptors twice would close whatever
+        # file took their numbers in between.
+        with _CLOSING:
+            if self._released:
+                return
+            self._released = True
         self.closed = True
         try:
             self.sock.close()

@@ -54,6 +54,7 @@ from naiad.frontends.http2.events import (
 from naiad.frontends.http2.frames import NO_ERROR, literal, literal_indexed_name
 from naiad.frontends.http2.limits import Limits
 from naiad.frontends.poll import POLL
+from naiad.frontends.ports import Port
 
 log = logging.getLogger("naiad.grpc")
 
@@ -653,18 +654,17 @@ class LeanServer:
         self.limits = limits or Limits()
         self.connections: set[Connection] = set()
         self.closing = False
-        self.server: asyncio.base_events.Server | None = None
+        self.servers: list[Any] = []  # asyncio servers, or acceptors (ports.Port.serve)
 
-    async def start(self, options: GrpcOptions) -> None:
-        loop = asyncio.get_running_loop()
-        self.server = await loop.create_server(lambda: Connection(self), options.address, options.port,
-                                               reuse_address=True, reuse_port=options.reuse_port or None,
-                                               backlog=2048, ssl=tls_context(options) if options.use_ssl else None)
+    async def start(self, options: GrpcOptions, port: Port) -> None:
+        """Serve from the port's listening sockets (naiad/frontends/ports.py: bound by this process, or by the
+        model host and shared by its front-end processes)."""
+        self.servers = await port.serve(lambda: Connection(self), tls_context(options) if options.use_ssl else None)
 
     async def stop(self, grace: float | None = None) -> None:
         self.closing = True
-        if self.server is not None:
-            self.server.close()
+        for server in self.servers:
+            server.close()
         for connection in list(self.connections):
             connection.goaway(NO_ERROR, close=True)
 
@@ -688,10 +688,10 @@ def tls_context(options: GrpcOptions) -> ssl.SSLContext:
 
 
 async def start(paths: dict[str, grpc.RpcMethodHandler], inference: Inference, options: GrpcOptions,
-                gate: Gate | None = None) -> LeanServer:
+                gate: Gate | None, port: Port) -> LeanServer:
     restricted = options.restricted.rule("inference") is not None
     level = options.infer_compression_level
     server = LeanServer(paths, inference, None if restricted else _INFER_PATH, None if level == "none" else level,
                         limits_for(options), gate, options)
-    await server.start(options)
+    await server.start(options, port)
     return server

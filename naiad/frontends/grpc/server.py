@@ -24,6 +24,7 @@ from tritonclient.grpc import service_pb2 as pb
 
 from naiad.core.errors import InferError
 from naiad.core.restricted import Restrictions
+from naiad.frontends import ports
 from naiad.frontends.connections import Gate
 from naiad.frontends.grpc.control import Control, unary_methods
 from naiad.frontends.grpc.inference import UNPARSABLE, UNPARSABLE_MESSAGE, Inference
@@ -192,9 +193,11 @@ def handlers(paths: dict[str, grpc.RpcMethodHandler]) -> list[grpc.GenericRpcHan
     return [grpc.method_handlers_generic_handler(name, table) for name, table in by_service.items()]
 
 
-async def start(service: Service, options: GrpcOptions, gate: Gate | None = None) -> Any:
+async def start(service: Service, options: GrpcOptions, gate: Gate | None = None,
+                port: ports.Port | None = None) -> Any:
     """The gRPC server as ``options.engine`` says; either answers ``await stop(grace=None)``. ``gate``: the port's
-    admission, its cap lowered to fit the open file limit (default: the flags')."""
+    admission, its cap lowered to fit the open file limit (default: the flags'). ``port``: the lean engine's
+    listening sockets (ports.listen; bound here when not given); grpcio binds the port itself."""
     gate = gate or Gate(options.max_connections, options.max_connections_per_address)
     engine = options.chosen_engine()
     inference = Inference(service, options)
@@ -203,10 +206,9 @@ async def start(service: Service, options: GrpcOptions, gate: Gate | None = None
     if engine == "lean":
         from naiad.frontends.grpc import lean
 
-        try:
-            server: Any = await lean.start(paths, inference, options, gate)
-        except OSError as exc:
-            raise SystemExit(f"error: failed to bind the gRPC server to {address}: {exc}") from exc
+        if port is None:
+            port = ports.listen("GRPC", options.address, options.port, options.reuse_port)
+        server: Any = await lean.start(paths, inference, options, gate, port)
         log.info("Started GRPCInferenceService at %s (lean HTTP/2 engine%s)", address,
                  ", TLS" if options.use_ssl else "")
         return server
@@ -226,8 +228,9 @@ async def start(service: Service, options: GrpcOptions, gate: Gate | None = None
     except RuntimeError:
         bound = 0
     if bound == 0:
-        # grpc says no more than that; with TLS, its log line above tells a bad certificate or key from a busy port.
-        raise SystemExit(f"error: failed to bind the gRPC server to {address}"
+        # grpc says no more than that (Triton assumes a busy port too); with TLS, its log line above tells a bad
+        # certificate or key from a busy port.
+        raise SystemExit(ports.bind_error("GRPC", options.address, options.port)
                          + (" (or the TLS certificate or key is invalid)" if options.use_ssl else ""))
     await server.start()
     log.info("Started GRPCInferenceService at %s", address)
