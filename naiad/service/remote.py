@@ -34,7 +34,7 @@ from naiad.core.errors import Code, InferError, internal, unavailable
 from naiad.core.model_view import ModelView
 from naiad.core.request import InferRequest, InferResponse
 from naiad.core.settings import LogSettings
-from naiad.core.shared_memory import SharedMemoryRegistry
+from naiad.core.shared_memory import Region, SharedMemoryRegistry, shm_open
 from naiad.repository.consent import CodeConsent
 from naiad.core.cache_stats import Timing
 from naiad.sagemaker.contract import ArchiveError, UrlRefused
@@ -77,14 +77,22 @@ class SharedRegistry(SharedMemoryRegistry):
             self.forget([name])
         self.known[name] = (key, offset, byte_size)
 
+    def attach(self, name: str, key: str, offset: int, byte_size: int) -> None:
+        """Open a region the host registered, and checked: by its key, without checking its size again (one
+        truncated since is refused at its read or write, in those words)."""
+        if name in self.regions or shm_open is None:
+            return
+        try:
+            fd = shm_open(key, os.O_RDWR, 0o600)
+        except (OSError, ValueError):
+            return  # gone since: "Unable to find shared memory region"
+        self.regions[name] = Region(name, key, offset, byte_size, fd)
+
     def find(self, name: str, offset: int, byte_size: int) -> Any:
         if name not in self.regions:
             found = self.known.get(name)
             if found is not None:
-                try:
-                    super().register(name, *found)
-                except InferError:
-                    pass  # gone or truncated since: refused below in Triton's words
+                self.attach(name, *found)
         return super().find(name, offset, byte_size)
 
     def in_use(self, names: list[str] | None) -> list[str]:
@@ -601,6 +609,10 @@ class RemoteService(ChannelEnd, Service):
 
     async def shm_register(self, name: str, key: str, offset: int, byte_size: int) -> None:
         await self._call("shm_register", name, key, offset, byte_size)  # (REGION comes before the answer)
+        # Opened here at once, as one process does: the registering client's requests find it whatever happens to
+        # its object next (the other front ends open it when a request first names it).
+        self.shared_memory.learn(name, key, offset, byte_size)
+        self.shared_memory.attach(name, key, offset, byte_size)
 
     async def shm_unregister(self, name: str) -> None:
         await self._call("shm_unregister", name)  # the host asks every front end whether a request holds it
