@@ -38,6 +38,7 @@ class RunningServer:
 
     def _start(self, repositories: list[Path], extra: tuple[str, ...], env: dict[str, str] | None, wait_ready: bool,
                wait_port: bool, preexec_fn: Callable[[], None] | None) -> None:
+        self.repos = list(repositories)
         self.http_port = free_port()
         self.grpc_port = free_port()
         self.metrics_port = free_port()

@@ -315,10 +315,21 @@ def _hold(server: RunningServer, opener, port: int, source: str, n: int) -> list
 
 
 def _refusals(server: RunningServer, opener, port: int, source: str) -> set[bytes]:
-    """Connections from ``source`` until each front end has refused one; what the refusals said."""
+    """Connections from ``source`` until each front end has refused one; what the refusals said.
+
+    The front ends share one accept queue per port, where the one behind its share takes each new connection first
+    (acceptor.py), so the same one would refuse every time: the one that refused is stopped while the next
+    connection is made."""
     said, by = set(), set()
     for _ in range(60):
-        conn, pid, refused = opener(server, port, source)
+        stopped = next(iter(by)) if by else None
+        if stopped is not None:
+            os.kill(stopped, signal.SIGSTOP)
+        try:
+            conn, pid, refused = opener(server, port, source)
+        finally:
+            if stopped is not None:
+                os.kill(stopped, signal.SIGCONT)
         conn.close()
         assert refused is not None, f"a connection from {source} was served past the cap"
         said.add(refused)

@@ -31,8 +31,9 @@ _CONFIG = """
             {{ name: "PID", data_type: TYPE_INT64, dims: [ 1 ] }}]
 """
 
-# Synchronous: a negative input is the bad request; it takes 0.3 s (requests sent meanwhile queue behind it in
-# the worker), and from then on every call raises what torch raises.
+# Synchronous: a negative input is the bad request; it says it started (a file beside the model's versions) and
+# takes 1 s (requests sent meanwhile queue behind it in the worker), and from then on every call raises what torch
+# raises.
 _SYNC_PY = f"""
     import os, time
     import numpy as np
@@ -41,6 +42,7 @@ _SYNC_PY = f"""
     class TritonPythonModel:
         def initialize(self, args):
             self.broken = False
+            self.started = os.path.join(args["model_repository"], "bad-started")
 
         def execute(self, requests):
             pid = np.array([os.getpid()], dtype=np.int64)
@@ -48,7 +50,8 @@ _SYNC_PY = f"""
             for r in requests:
                 x = r.inputs()[0].as_numpy()
                 if (x < 0).any():
-                    time.sleep(0.3)
+                    open(self.started, "w").close()
+                    time.sleep(1.0)
                     self.broken = True
                 if self.broken:
                     raise RuntimeError({ASSERT_TEXT!r})
@@ -174,7 +177,11 @@ def test_a_sticky_error_restarts_the_instance_and_queued_requests_wait(server: R
     started = time.monotonic()
     bad = threading.Thread(target=_send, args=(server.url, "fragile", [-1.0], results, "bad"))
     bad.start()
-    time.sleep(0.1)  # the bad request runs; these queue behind it, in the worker
+    started_file = server.repos[0] / "fragile" / "bad-started"
+    deadline = time.monotonic() + 30
+    while not started_file.exists():  # the bad request runs; these queue behind it, in the worker
+        assert time.monotonic() < deadline, "the bad request never started"
+        time.sleep(0.01)
     queued = [threading.Thread(target=_send, args=(server.url, "fragile", [float(i)], results, i)) for i in range(4)]
     for thread in queued:
         thread.start()
