@@ -319,7 +319,7 @@ _CAPTIONS = {
 
 def _verdict_html(summary: dict[str, Any]) -> str:
     verdict = summary.get("verdict")
-    if not verdict or not summary.get("winner"):
+    if not verdict or not (summary.get("winner") or summary.get("best_median")):
         return ""
     decided = verdict.get("decided")
     color, word = ("#e6f4e6", "Decided") if decided else ("#fde2e1", "Too noisy to choose")
@@ -343,6 +343,12 @@ def _html(summary: dict[str, Any], rows: list[Row], figures: list[str], sla_p95_
                      for name in figures)
     notes = "".join(f"<li>{e(line)}</li>" for line in summary.get("notes", []))
     config = summary.get("winner_config") or ""
+    no_config = "none: the verdict is undecided (see above)" if summary.get("best_median") and not config else "none"
+    policy = summary.get("scaling_policy")
+    scaling = (f"<h2>Scaling policy</h2><p>{e(summary.get('scaling_policy_basis', ''))}. Application Auto Scaling's "
+               "<code>put_scaling_policy</code> request (<a href=\"scaling_policy.json\">scaling_policy.json</a>: "
+               "<code>aws application-autoscaling put-scaling-policy --cli-input-json file://scaling_policy.json</code>"
+               f"):</p><pre>{e(json.dumps(policy, indent=2))}</pre>") if policy else ""
     return f"""<!doctype html>
 <html><head><meta charset="utf-8"><title>naiad recommend: {e(summary['model'])}</title>
 <style>
@@ -367,7 +373,8 @@ included), memory as proportional set size; CPU cores is CPU seconds per second 
 where the curve levels off, CPU and memory in percent, cost per inference). The traffic pattern ran
 {summary.get("repeats", 1)} time(s) on each variant: throughput is the median run's, beside the lowest and highest
 run; p50 / p95 / p99 are at the level of max invocations of the median run; the SLA columns at the busiest level
-whose p95 meets the SLA. The winner is marked {WINNER_MARK} in every figure.</p>
+whose p95 meets the SLA. {f"The winner is marked {WINNER_MARK} in every figure." if winner else
+"No variant is marked: the verdict is undecided."}</p>
 {f"<h3>Notes</h3><ul>{notes}</ul>" if notes else ""}
 {f"<h3>Skipped</h3><ul>{skipped}</ul>" if skipped else ""}
 {f"<h3>Failed</h3><ul>{failed}</ul>" if failed else ""}
@@ -375,7 +382,8 @@ whose p95 meets the SLA. The winner is marked {WINNER_MARK} in every figure.</p>
 {images}
 {"" if price_per_hour is not None else "<p>No cost figure: no --price-per-hour given.</p>"}
 <h2>Recommended config.pbtxt</h2>
-<pre>{e(config) if config else "none"}</pre>
+<pre>{e(config) if config else no_config}</pre>
+{scaling}
 <h2>Traffic pattern</h2>
 <pre>{e(json.dumps({"TrafficPattern": summary['traffic'], "StoppingConditions": summary['stopping']}, indent=2))}</pre>
 </body></html>

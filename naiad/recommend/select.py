@@ -274,7 +274,8 @@ def verdict(rows: list[Row], winner: Row | None, sla_p95_ms: float | None,
         return False, "no winner"
     if generator_limited:
         return False, ("too noisy to choose: the load generator, not the server, limited the throughput, so the "
-                       "variants were not compared; see the notes")
+                       "variants were not compared (see the notes); what would decide it: the server and the "
+                       "generator on cores of their own (--server-cpus, --bench-cpus), or more --bench-processes")
     low_key, high_key = (("sla_throughput_low", "sla_throughput_high") if sla_p95_ms is not None
                          else ("max_throughput_low", "max_throughput_high"))
     low = getattr(winner, low_key)
