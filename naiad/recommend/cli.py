@@ -34,7 +34,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("model_dir", metavar="MODEL_DIR", type=Path,
                         help="one model folder of a Triton repository (<repo>/<model>, with config.pbtxt and versions)")
     parser.add_argument("-o", "--output-dir", type=Path, default=None,
-                        help="where the report, the variants and the recommended config.pbtxt go "
+                        help="where the report, the variants, the recommended config.pbtxt and its scaling_policy.json go "
                              "(default: ./naiad-recommend-<model>, or ~/naiad-recommend-<model> when the current "
                              "folder is inside a git work tree, so a clone is left clean)")
     parser.add_argument("--traffic", type=Path, default=None, metavar="FILE.json",
