@@ -24,7 +24,6 @@ import argparse
 import json
 import re
 import shutil
-import socket
 import statistics
 import struct
 import subprocess
@@ -60,9 +59,9 @@ end
 
 
 def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+    from naiad.core.free_ports import free_port as pick  # NAIAD_PORT_RANGE confines it
+
+    return pick()
 
 
 def start_server(cpu: int, server: str = "naiad") -> tuple[subprocess.Popen[bytes], int, int]:

@@ -38,7 +38,6 @@ import platform
 import shlex
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import tempfile
@@ -63,9 +62,9 @@ GOOD_AFTER_FAULT = 20
 # --- processes --------------------------------------------------------------------------------------------------
 
 def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
+    from naiad.core.free_ports import free_port as pick  # NAIAD_PORT_RANGE confines it
+
+    return pick()
 
 
 def child_env() -> dict[str, str]:

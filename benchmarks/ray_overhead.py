@@ -58,11 +58,9 @@ end
 
 
 def free_port() -> int:
-    import socket
+    from naiad.core.free_ports import free_port as pick  # NAIAD_PORT_RANGE confines it
 
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+    return pick()
 
 
 def free_range(count: int) -> int:

@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import http.client
 import os
-import socket
 import subprocess
 import sys
 import tempfile
@@ -19,9 +18,9 @@ REGION = "us-east-1"
 
 
 def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
+    from naiad.core.free_ports import free_port as pick  # NAIAD_PORT_RANGE confines it
+
+    return pick()
 
 
 class S3Server:

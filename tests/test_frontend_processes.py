@@ -20,6 +20,7 @@ import tritonclient.grpc as grpcclient
 import tritonclient.http as httpclient
 import tritonclient.utils.shared_memory as shm
 
+from naiad.service.remote import host_lost_line
 from tests.http2_frames import PREFACE, frame
 from tests.server import EXAMPLES, RunningServer
 
@@ -245,6 +246,8 @@ def test_sigterm_drains_every_process_and_a_dead_host_takes_the_frontends_with_i
     assert not alive  # (their exit codes are the host's to read, and it is gone)
     s.proc.wait(10)
     assert s.log().count("the model host") == 1, s.log()
+    # The last line says what happened, not as a front end's own crash.
+    assert s.log().strip().splitlines()[-1] == host_lost_line(s.proc.pid, alive=False), s.log()
     s.stop()
 
 

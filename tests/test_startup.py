@@ -129,6 +129,19 @@ def test_busy_port_is_one_clear_line(tmp_path: Path, which: str) -> None:
     assert "Traceback" not in result.stderr
 
 
+def test_the_front_end_count_auto_chose_is_logged(tmp_path: Path) -> None:
+    """--frontend-processes auto (the default) says at start what it chose and why, before anything else can end
+    the start."""
+    from naiad.core.cores import auto_frontends
+
+    result = _serve("--model-repository", str(tmp_path / "nowhere"))
+    count, line = auto_frontends()
+    assert line in result.stdout + result.stderr
+    assert (f"{count} front-end processes" if count > 1 else "one process") in line
+    explicit = _serve("--model-repository", str(tmp_path / "nowhere"), "--frontend-processes", "1")
+    assert "--frontend-processes auto" not in explicit.stdout + explicit.stderr
+
+
 def test_execute_exception_is_logged_with_traceback_at_verbose(tmp_path: Path) -> None:
     repo = tmp_path / "repo"
     write_model(repo, "raises", IDENTITY_FP32.format(name="raises"), RAISES_PY)

@@ -344,6 +344,14 @@ def run(args: argparse.Namespace) -> int:
         session.close()
 
 
+def _stopped(out: Any, reason: str, searching: bool = False) -> None:
+    """Why a level ends the sweep: on stderr, where perf_analyzer writes it, and on stdout too, so that the report
+    a script or a reader keeps of stdout ends with the reason rather than at the level it stopped on (a binary
+    search goes on past a level over the limit: there it is that level's result)."""
+    print(reason, file=sys.stderr)
+    out(f"{'  ' if searching else 'Stopped: '}{reason.strip()}")
+
+
 def _profile(session: Any, args: argparse.Namespace, out: Any, value: float, rate_mode: bool) -> tuple[Any, bool]:
     from naiad.bench import report
 
@@ -357,20 +365,20 @@ def _profile(session: Any, args: argparse.Namespace, out: Any, value: float, rat
     meets = True
     if status.error and not status.stable:
         if session.first_error:   # perf_analyzer stops at a failed request, with the server's message
-            print(f"Thread [0] had error: {session.first_error}", file=sys.stderr)
+            _stopped(out, f"Thread [0] had error: {session.first_error}", args.binary_search)
         else:
-            print(status.error, file=sys.stderr)
+            _stopped(out, status.error, args.binary_search)
         return status, False
     if args.latency_threshold and status.stabilizing_latency_ns / 1e6 >= args.latency_threshold:
-        print(f"Measured latency went over the set limit of {args.latency_threshold} msec. ", file=sys.stderr)
+        _stopped(out, f"Measured latency went over the set limit of {args.latency_threshold} msec. ", args.binary_search)
         meets = False
     elif not status.stable:
         if rate_mode:
-            print("Failed to obtain stable measurement.", file=sys.stderr)
+            _stopped(out, "Failed to obtain stable measurement.", args.binary_search)
         else:
             more = "--measurement-interval" if args.measurement_mode == "time_windows" else "--measurement-request-count"
-            print(f"Failed to obtain stable measurement within {args.max_trials} measurement windows for concurrency "
-                  f"{int(value)}. Please try to increase the {more}.", file=sys.stderr)
+            _stopped(out, f"Failed to obtain stable measurement within {args.max_trials} measurement windows for "
+                          f"concurrency {int(value)}. Please try to increase the {more}.", args.binary_search)
         meets = False
     else:
         report.client_block(out, status, percentile=args.percentile, protocol=args.protocol,

@@ -6,10 +6,10 @@ import argparse
 import logging
 import os
 import signal
-import socket
 import sys
 import threading
 
+from naiad.core.free_ports import free_port
 from naiad.ray import options as ray_options
 
 log = logging.getLogger("naiad.ray")
@@ -29,12 +29,6 @@ def _has_direct_ingress() -> bool:
     except ImportError:
         return False
     return hasattr(constants, "RAY_SERVE_DIRECT_INGRESS_MIN_HTTP_PORT")
-
-
-def _free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("", 0))
-        return int(probe.getsockname()[1])
 
 
 def run(args: argparse.Namespace) -> int:
@@ -75,7 +69,7 @@ def run(args: argparse.Namespace) -> int:
             # The ingress takes the clients' ports; Ray's proxy, which Ray starts on the head node anyway, gets
             # others: any free one for HTTP, and for gRPC a free one it binds (Ray serves gRPC in the ingress only
             # where its proxy's gRPC port is set).
-            http_port, grpc_port = 0, _free_port() if grpc_port else 0
+            http_port, grpc_port = 0, free_port("") if grpc_port else 0
         grpc = {"port": grpc_port, "grpc_servicer_functions": [SERVICER]} if grpc_port else None
         serve.start(http_options={"host": options.http_host, "port": http_port}, grpc_options=grpc)
         serve.run(build(options), name=options.app_name, route_prefix=options.route_prefix, blocking=False)

@@ -34,8 +34,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("model_dir", metavar="MODEL_DIR", type=Path,
                         help="one model folder of a Triton repository (<repo>/<model>, with config.pbtxt and versions)")
     parser.add_argument("-o", "--output-dir", type=Path, default=None,
-                        help="where the report, the variants and the recommended config.pbtxt go "
-                             "(default: ./naiad-recommend-<model>)")
+                        help="where the report, the variants, the recommended config.pbtxt and its scaling_policy.json go "
+                             "(default: ./naiad-recommend-<model>, or ~/naiad-recommend-<model> when the current "
+                             "folder is inside a git work tree, so a clone is left clean)")
     parser.add_argument("--traffic", type=Path, default=None, metavar="FILE.json",
                         help="CreateInferenceRecommendationsJob's TrafficPattern (PHASES or STAIRS), alone or inside "
                              "the job's InputConfig; default: " + json.dumps(DEFAULT_TRAFFIC))
@@ -100,7 +101,7 @@ def _shapes(values: list[str]) -> dict[str, list[int]]:
 def run(args: argparse.Namespace) -> int:
     import platform
 
-    from naiad.recommend import report, select, serving, variants
+    from naiad.recommend import report, scaling, select, serving, variants
     from naiad.recommend.sweep import SweepOptions, sweep
 
     import importlib.util
@@ -132,7 +133,7 @@ def run(args: argparse.Namespace) -> int:
     except (OSError, ValueError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
-    out = (args.output_dir or Path(f"naiad-recommend-{plan.model}")).resolve()
+    out = (args.output_dir or default_output(plan.model)).resolve()
     out.mkdir(parents=True, exist_ok=True)
     options = SweepOptions(traffic=traffic or DEFAULT_TRAFFIC, stopping=stopping,
                            command=args.server_cmd or serving.naiad_command(), protocol=args.protocol,
@@ -171,8 +172,11 @@ def run(args: argparse.Namespace) -> int:
     generator_ceiling = next((m.generator_ceiling for m in results if m.generator_ceiling), None)
     generator_limited, limit_notes = select.limits(rows, args.server_cpus)
     decided, why = select.verdict(rows, winner, args.sla_p95_ms, generator_limited)
+    best_median = winner
     if winner is not None and not decided:
-        reason = f"no clear winner (see the verdict). Best median: {reason}"
+        # No mark, config or scaling policy: the numbers do not choose (the verdict says what would).
+        reason = f"none: the verdict is undecided. Best median run, which noise may have put first: {reason}"
+        winner = None
     warnings = traffic_notes + limit_notes + select.notes(rows, generator_ceiling, args.server_cpus)
     winner_config = ""
     best = out / "config.pbtxt"
@@ -181,14 +185,22 @@ def run(args: argparse.Namespace) -> int:
         best.write_text(winner_config, encoding="utf-8")
     elif best.exists():
         best.unlink()   # a previous run's winner must not look like this run's
+    policy = scaling.policy_for(winner, plan.model) if winner is not None else None
+    policy_file = out / "scaling_policy.json"
+    if policy is not None:
+        policy_file.write_text(json.dumps(policy, indent=2) + "\n", encoding="utf-8")
+    elif policy_file.exists():
+        policy_file.unlink()
     summary = {
         "model": plan.model, "model_dir": str(model_dir), "winner": winner.variant if winner else None,
+        "best_median": best_median.variant if best_median else None, "scaling_policy": policy,
+        "scaling_policy_basis": scaling.describe(winner) if policy is not None and winner is not None else "",
         "winner_slug": winner.slug if winner else None, "reason": reason, "winner_config": winner_config,
         "sla_p95_ms": args.sla_p95_ms, "price_per_hour": args.price_per_hour, "protocol": args.protocol,
         "server_cpus": sorted(args.server_cpus or []), "bench_cpus": sorted(args.bench_cpus or []),
         "server": options.command, "traffic": options.traffic, "stopping": options.stopping,
         "skipped": plan.skipped, "generator_ceiling": generator_ceiling, "notes": warnings,
-        "repeats": args.repeats, "verdict": {"decided": decided if winner is not None else False, "why": why},
+        "repeats": args.repeats, "verdict": {"decided": decided if best_median is not None else False, "why": why},
         "InferenceRecommendations": [
             {"RecommendationId": r.slug, "Metrics": r.metrics,
              "EndpointConfiguration": {"InstanceType": "local", "InitialInstanceCount": 1},
@@ -203,9 +215,22 @@ def run(args: argparse.Namespace) -> int:
     for line in warnings:
         print(f"note: {line}")
     print(f"recommendation: {reason}")
-    if winner is not None:
+    if best_median is not None:
         print(f"verdict: {'decided' if decided else 'undecided'}: {why}")
     if winner is not None:
         print(f"config: {best}")
+    if policy is not None:
+        assert winner is not None
+        print(f"scaling policy: {policy_file}: {scaling.describe(winner)}")
     print(f"report: {out / 'report.html'}")
-    return 0 if winner is not None else 1
+    return 0 if best_median is not None else 1
+
+
+def default_output(model: str) -> Path:
+    """./naiad-recommend-<model>, unless the current folder is in a git work tree (a clone, whose status the report
+    would clutter): then the same name in the home folder."""
+    name = f"naiad-recommend-{model}"
+    here = Path.cwd()
+    if any((folder / ".git").exists() for folder in (here, *here.parents)):
+        return Path.home() / name
+    return Path(name)

@@ -57,13 +57,59 @@ def columns(rows: list[Row], sla: bool, price: bool) -> list[tuple[str, str, str
     return [c for c in COLUMNS if c[0] not in skip]
 
 
-def text_table(rows: list[Row], sla: bool, price: bool) -> str:
+def terminal_width() -> int:
+    """The terminal's columns, held to 80-120 (wider lines are hard to follow; piped output gets 100)."""
+    import shutil
+
+    return max(80, min(120, shutil.get_terminal_size((100, 24)).columns))
+
+
+def text_table(rows: list[Row], sla: bool, price: bool, width: int | None = None) -> str:
+    """The table as blocks that each fit ``width`` columns (default: the terminal's, 80-120): the first names the
+    variants, numbered; the next ones carry on with the other columns, by number. Headings wrap onto a second
+    line where they are wider than their values."""
+    import textwrap
+
+    width = width or terminal_width()
     cols = columns(rows, sla, price)
-    cells = [[heading for _, heading, _ in cols]] + [[cell(r, k, f) for k, _, f in cols] for r in rows]
-    widths = [max(len(line[i]) for line in cells) for i in range(len(cols))]
-    lines = ["  ".join(c.ljust(w) if i == 0 else c.rjust(w) for i, (c, w) in enumerate(zip(line, widths)))
-             for line in cells]
-    return "\n".join([lines[0], "  ".join("-" * w for w in widths), *lines[1:]])
+    numbers = [str(i) for i in range(1, len(rows) + 1)]
+    keyed = [("#", numbers), ("variant", [r.variant for r in rows])]
+    metrics = [(heading, [cell(r, k, f) for r in rows]) for k, heading, f in cols if k != "variant"]
+
+    def block(parts: list[tuple[str, list[str]]]) -> list[str]:
+        wrapped = []
+        for heading, values in parts:
+            room = max([len(v) for v in values] + [len(word) for word in heading.split()] + [6])
+            wrapped.append((textwrap.wrap(heading, room, break_on_hyphens=False, break_long_words=False) or [""],
+                            values))
+        widths = [max([len(v) for v in values] + [len(line) for line in heading]) for heading, values in wrapped]
+        depth = max(len(heading) for heading, _ in wrapped)
+        left = 2 if parts[1][0] == "variant" else 1  # left-aligned: the number, the variant
+        lines = []
+        for level in range(depth):
+            texts = [(heading[level - depth + len(heading)] if level - depth + len(heading) >= 0 else "")
+                     for heading, _ in wrapped]  # headings sit on their column's last line
+            lines.append(_joined(texts, widths, left))
+        lines.append("  ".join("-" * w for w in widths))
+        lines.extend(_joined([values[i] for _, values in wrapped], widths, left) for i in range(len(rows)))
+        return [line.rstrip() for line in lines]
+
+    blocks: list[list[str]] = []
+    current: list[tuple[str, list[str]]] = list(keyed)
+    for metric in metrics:
+        trial = block([*current, metric])
+        if max(len(line) for line in trial) > width and len(current) > 1 and (current is not keyed or
+                                                                             len(current) > 2):
+            blocks.append(block(current))
+            current = [keyed[0], metric]
+        else:
+            current.append(metric)
+    blocks.append(block(current))
+    return "\n\n".join("\n".join(lines) for lines in blocks)
+
+
+def _joined(texts: list[str], widths: list[int], left: int) -> str:
+    return "  ".join(t.ljust(w) if i < left else t.rjust(w) for i, (t, w) in enumerate(zip(texts, widths)))
 
 
 def markdown_table(rows: list[Row], sla: bool, price: bool, winner: str | None = None) -> str:
@@ -126,12 +172,18 @@ def curve_records(results: list[Measured]) -> list[dict[str, Any]]:
     return records
 
 
-def _value_labels(ax: Any, fmt: str) -> None:
-    """Each bar's value at its end (the first container: the main bars)."""
-    if ax.containers:
-        ax.bar_label(ax.containers[0], labels=[fmt.format(b.get_width()) for b in ax.containers[0]], fontsize=7,
-                     padding=3, bbox={"facecolor": "white", "edgecolor": "none", "alpha": 0.8, "pad": 1})
-        ax.margins(x=0.15)
+def _value_labels(ax: Any, fmt: str, reach: list[float | None] | None = None) -> None:
+    """Each main bar's value (the first container) on its own row, past whatever is drawn on that row (``reach``:
+    the whisker's end), so that a label is never read against another bar or on a whisker."""
+    if not ax.containers:
+        return
+    bars = ax.containers[0]
+    for i, bar in enumerate(bars):
+        end = max(bar.get_width(), (reach[i] if reach is not None and reach[i] is not None else 0.0))
+        ax.annotate(fmt.format(bar.get_width()), (end, bar.get_y() + bar.get_height() / 2), xytext=(6, 0),
+                    textcoords="offset points", va="center", ha="left", fontsize=7,
+                    bbox={"facecolor": "white", "edgecolor": "none", "alpha": 0.8, "pad": 1})
+    ax.margins(x=0.2)
 
 
 def _legend_below(ax: Any) -> None:
@@ -228,12 +280,14 @@ def _figures(out: Path, rows: list[Row], curves: list[dict[str, Any]], sla_p95_m
     values = [r.max_throughput or 0.0 for r in measured]
     ax.barh(labels, values, color="tab:blue", label="max (median run)")
     _mark_winner_bars(ax, labels, winner)
-    _value_labels(ax, "{:,.0f}")
+    _value_labels(ax, "{:,.0f}", [r.sla_throughput_high if sla_p95_ms is not None else r.max_throughput_high
+                                  for r in measured])
     if sla_p95_ms is not None:
         ax.barh(labels, [r.sla_throughput or 0.0 for r in measured], color="tab:green", height=0.4,
                 label=f"within SLA (p95 <= {sla_p95_ms:g} ms)")
+        # over the runs that met the SLA (a run that did not is in the table's count, not a whisker to 0)
         _bar_spread(ax, labels, [r.sla_throughput or 0.0 for r in measured],
-                    [r.sla_throughput_low for r in measured], [r.sla_throughput_high for r in measured])
+                    [r.sla_throughput_low_met for r in measured], [r.sla_throughput_high for r in measured])
     else:
         _bar_spread(ax, labels, values, [r.max_throughput_low for r in measured],
                     [r.max_throughput_high for r in measured])
@@ -253,7 +307,7 @@ def _figures(out: Path, rows: list[Row], curves: list[dict[str, Any]], sla_p95_m
         costs = [r.cost_per_million or 0.0 for r in measured]
         ax.barh(labels, costs, color="tab:orange", label="at max throughput (median run)")
         _mark_winner_bars(ax, labels, winner)
-        _value_labels(ax, "${:.4f}")
+        _value_labels(ax, "${:.4f}", [per_million(r.max_throughput_low) for r in measured])
         # the slowest run is the dearest
         _bar_spread(ax, labels, costs, [per_million(r.max_throughput_high) for r in measured],
                     [per_million(r.max_throughput_low) for r in measured])
@@ -319,7 +373,7 @@ _CAPTIONS = {
 
 def _verdict_html(summary: dict[str, Any]) -> str:
     verdict = summary.get("verdict")
-    if not verdict or not summary.get("winner"):
+    if not verdict or not (summary.get("winner") or summary.get("best_median")):
         return ""
     decided = verdict.get("decided")
     color, word = ("#e6f4e6", "Decided") if decided else ("#fde2e1", "Too noisy to choose")
@@ -343,12 +397,21 @@ def _html(summary: dict[str, Any], rows: list[Row], figures: list[str], sla_p95_
                      for name in figures)
     notes = "".join(f"<li>{e(line)}</li>" for line in summary.get("notes", []))
     config = summary.get("winner_config") or ""
+    no_config = "none: the verdict is undecided (see above)" if summary.get("best_median") and not config else "none"
+    policy = summary.get("scaling_policy")
+    scaling = (f"<h2>Scaling policy</h2><p>{e(summary.get('scaling_policy_basis', ''))}. Application Auto Scaling's "
+               "<code>put_scaling_policy</code> request (<a href=\"scaling_policy.json\">scaling_policy.json</a>: "
+               "<code>aws application-autoscaling put-scaling-policy --cli-input-json file://scaling_policy.json</code>"
+               f"):</p><pre>{e(json.dumps(policy, indent=2))}</pre>") if policy else ""
     return f"""<!doctype html>
 <html><head><meta charset="utf-8"><title>naiad recommend: {e(summary['model'])}</title>
 <style>
-body {{ font-family: sans-serif; margin: 2em; max-width: 72em; }}
-table {{ border-collapse: collapse; font-size: .85em; }}
-td, th {{ border: 1px solid #ccc; padding: .3em .6em; text-align: right; }}
+body {{ font-family: sans-serif; margin: 2em auto; padding: 0 1em; max-width: 76em; }}
+.wide {{ overflow-x: auto; }}
+table {{ border-collapse: collapse; font-size: .8em; }}
+td, th {{ border: 1px solid #ccc; padding: .3em .5em; text-align: right; }}
+th {{ white-space: normal; max-width: 7em; vertical-align: bottom; }} td {{ white-space: nowrap; }}
+td:first-child {{ white-space: normal; min-width: 10em; }}
 td:first-child, th:first-child {{ text-align: left; }} tr.winner {{ background: #e6f4e6; font-weight: bold; }}
 pre {{ background: #f6f6f6; padding: .6em; overflow-x: auto; }} img {{ max-width: 100%; }}
 </style></head><body>
@@ -360,14 +423,15 @@ pre {{ background: #f6f6f6; padding: .6em; overflow-x: auto; }} img {{ max-width
 {_pinned("on cores", summary.get("bench_cpus"))}. CPU and memory are the server's process tree (model processes
 included), memory as proportional set size; CPU cores is CPU seconds per second over the whole run.</p>
 <h2>Variants</h2>
-<table><tr>{head}</tr>{body}</table>
+<div class="wide"><table><tr>{head}</tr>{body}</table></div>
 <p>Data: <a href="recommendations.csv">CSV</a>, <a href="recommendations.json">JSON</a>,
 <a href="recommendations.md">Markdown</a>, <a href="summary.json">summary</a>, and Inference Recommender's
 <a href="inference_recommendations.json">InferenceRecommendations</a> (its field names and units: MaxInvocations
 where the curve levels off, CPU and memory in percent, cost per inference). The traffic pattern ran
 {summary.get("repeats", 1)} time(s) on each variant: throughput is the median run's, beside the lowest and highest
 run; p50 / p95 / p99 are at the level of max invocations of the median run; the SLA columns at the busiest level
-whose p95 meets the SLA. The winner is marked {WINNER_MARK} in every figure.</p>
+whose p95 meets the SLA. {f"The winner is marked {WINNER_MARK} in every figure." if winner else
+"No variant is marked: the verdict is undecided."}</p>
 {f"<h3>Notes</h3><ul>{notes}</ul>" if notes else ""}
 {f"<h3>Skipped</h3><ul>{skipped}</ul>" if skipped else ""}
 {f"<h3>Failed</h3><ul>{failed}</ul>" if failed else ""}
@@ -375,7 +439,8 @@ whose p95 meets the SLA. The winner is marked {WINNER_MARK} in every figure.</p>
 {images}
 {"" if price_per_hour is not None else "<p>No cost figure: no --price-per-hour given.</p>"}
 <h2>Recommended config.pbtxt</h2>
-<pre>{e(config) if config else "none"}</pre>
+<pre>{e(config) if config else no_config}</pre>
+{scaling}
 <h2>Traffic pattern</h2>
 <pre>{e(json.dumps({"TrafficPattern": summary['traffic'], "StoppingConditions": summary['stopping']}, indent=2))}</pre>
 </body></html>

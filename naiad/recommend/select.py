@@ -43,6 +43,8 @@ class Row:
     max_throughput_high: float | None = None
     sla_throughput_low: float | None = None    # the same within the SLA (a run with no level within it: 0)
     sla_throughput_high: float | None = None
+    sla_runs_met: int = 0                      # runs with a level within the SLA
+    sla_throughput_low_met: float | None = None  # the lowest of those runs' (the spread shown)
     generator_cpu_cores: float | None = None   # the load generator's CPU over the runs (this process included)
     generator_processes: int = 0
     machine_cpu_cores: float | None = None     # every process on the machine over the runs
@@ -58,8 +60,14 @@ class Row:
 
     @property
     def sla_spread(self) -> str:
-        """The same within the SLA (a run where no level met it counts 0)."""
-        return _range(self.sla_throughput_low, self.sla_throughput_high, self.runs)
+        """The same within the SLA, over the runs that had a level within it; how many did when not all (a run
+        with none counts 0 in ``sla_throughput_low``, which the verdict reads, not in the range shown)."""
+        if self.runs < 2 or self.sla_throughput_high is None:
+            return ""
+        if not self.sla_runs_met:
+            return "no run"
+        shown = _range(self.sla_throughput_low_met, self.sla_throughput_high, self.runs)
+        return shown if self.sla_runs_met == self.runs else f"{shown} ({self.sla_runs_met} of {self.runs} runs)"
 
 
 def _range(low: float | None, high: float | None, runs: int) -> str:
@@ -169,6 +177,8 @@ def row(measured: Measured, sla_p95_ms: float | None, price_per_hour: float | No
             r.sla_invocations_per_minute = _per_minute(top)
         sla_bests = [_run_best(run, sla_p95_ms) for run in runs]
         r.sla_throughput_low, r.sla_throughput_high = min(sla_bests), max(sla_bests)
+        met = [best for best in sla_bests if best > 0]
+        r.sla_runs_met, r.sla_throughput_low_met = len(met), min(met, default=None)
         if len(runs) > 1 and within:
             r.sla_throughput = _median(sla_bests) or top.throughput
             r.sla_invocations_per_minute = r.sla_throughput * 60   # recommend sends batch 1
@@ -274,7 +284,8 @@ def verdict(rows: list[Row], winner: Row | None, sla_p95_ms: float | None,
         return False, "no winner"
     if generator_limited:
         return False, ("too noisy to choose: the load generator, not the server, limited the throughput, so the "
-                       "variants were not compared; see the notes")
+                       "variants were not compared (see the notes); what would decide it: the server and the "
+                       "generator on cores of their own (--server-cpus, --bench-cpus), or more --bench-processes")
     low_key, high_key = (("sla_throughput_low", "sla_throughput_high") if sla_p95_ms is not None
                          else ("max_throughput_low", "max_throughput_high"))
     low = getattr(winner, low_key)

@@ -7,7 +7,6 @@ import http.client
 import os
 import shlex
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -16,18 +15,14 @@ from pathlib import Path
 
 from prometheus_client.parser import text_string_to_metric_families
 
+from naiad.core.free_ports import free_port
+
 # Placeholders a --server-cmd may use.
 PLACEHOLDERS = ("repo", "model", "http_port", "grpc_port", "metrics_port")
 
 
 class ServerFailed(RuntimeError):
     """The server exited or never became ready; the message ends with the tail of its log."""
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def python_command() -> str:

@@ -15,6 +15,12 @@ last loaded, else the size of its files. A load or an execution that fails out o
 TensorRT's words) or over the GPU limit while other models are resident unloads the least valuable of them, in the
 eviction policy's order, and runs once more.
 
+A model another party loaded and owns the residency of (``pinned``: SageMaker's agent through ``POST /models``, which
+unloads and retries on a 507; Ray's multiplexer) is never unloaded here, and its load unloads nothing: a load that
+does not fit is refused, and what is resident stays. Models loaded on demand are the cache's own: a load unloads
+some only when it can then fit (its size as measured at its last load, else its files', counted beside what the
+pinned models hold); one that cannot is refused first, before anything is evicted.
+
 Repositories come and go through the repository's own ``register`` / ``unregister``; models through model control.
 """
 
@@ -61,6 +67,7 @@ class Resident:
     last_used: float = 0.0
     gpus: frozenset[int] = frozenset()  # the GPUs its instances run on
     device: dict[int, int] = field(default_factory=dict)  # GPU -> bytes it holds there
+    pinned: bool = False  # its loader owns its residency: never unloaded but by an unload call
 
 
 class StepFailed(InferError):
@@ -106,21 +113,21 @@ class ModelCache:
     # --- loading -----------------------------------------------------------------------------------------------
 
     async def _admit(self, key: str, repository: Path, model_folder: str, target: str, folder: Path | None,
-                     fetched: float = 0.0) -> Resident:
-        """Register ``repository`` with ``model_folder`` served as ``target``, making room first, and load it
-        (the caller holds a load slot). ``fetched``: seconds spent getting its files, part of a miss's cost."""
+                     fetched: float = 0.0, pinned: bool = False) -> Resident:
+        """Register ``repository`` with ``model_folder`` served as ``target``, making room first (unless
+        ``pinned``: then nothing is unloaded for it), and load it (the caller holds a load slot). ``fetched``:
+        seconds spent getting its files, part of a miss's cost."""
         if key in self.models or key in self._loading:
             raise InferError(f"model repository '{repository}' has already been registered", Code.ALREADY_EXISTS)
         disk = _disk_size(repository / model_folder) if model_folder else 0
-        lower = self._known.get(target, disk)
-        if self.memory_limit is not None and lower > self.memory_limit:
-            raise InferError(self._too_big(target, lower), Code.INVALID_ARG)
+        self.check_fits(target, self._known.get(target, disk), pinned)
         gpus, device_need = self._device_need(target, repository / model_folder, disk)
         self._loading.add(key)
         try:
             async with self._room:
-                await self._make_room(self._known.get(target, disk + self._overhead()), keep=key)
-                await self._make_device_room(device_need, keep=key)
+                if not pinned:
+                    await self._make_room(self._known.get(target, disk + self._overhead()), keep=key)
+                    await self._make_device_room(device_need, keep=key)
                 self._reserved[key] = self._known.get(target, disk + self._overhead())
                 self._reserved_device[key] = device_need
             started = time.perf_counter()
@@ -133,7 +140,8 @@ class ModelCache:
                     break
                 except InferError as exc:
                     await self._discard(repository, [target])
-                    if attempt or not _short_of_memory(exc.message) or not await self._free(key, gpus):
+                    if (attempt or pinned or not _short_of_memory(exc.message)
+                            or not await self._free(key, gpus)):
                         raise
                     log.warning("loading %s '%s' ran out of memory; loading it again after an unload", self.kind,
                                 target)
@@ -145,7 +153,7 @@ class ModelCache:
             # The server's own growth, shared among the loads that ran beside this one.
             grown = max(0, own_rss() - before) // max(1, len(self._loading))
             resident = Resident(key, str(repository), repository, target, folder, in_process=grown,
-                                last_used=time.monotonic())
+                                last_used=time.monotonic(), pinned=pinned)
             resident.names = self.repository.served_from(repository) or [target]
             resident.memory = self._measure(resident)
             self._measure_device(resident, device_before)
@@ -157,9 +165,10 @@ class ModelCache:
         self._known_device[target] = (resident.gpus, dict(resident.device))
         self._known[target] = resident.memory
         self._overheads.append(max(0, resident.memory - disk))
-        if self.memory_limit is not None and resident.memory > self.memory_limit:
+        beside = self._committed() if pinned else self._pinned()  # what may not be unloaded for it
+        if self.memory_limit is not None and beside + resident.memory > self.memory_limit:
             await self._unload(resident)
-            raise InferError(self._too_big(target, resident.memory), Code.INVALID_ARG)
+            raise InferError(self._too_big(target, resident.memory, beside), Code.INVALID_ARG)
         self.models[key] = resident
         self._by_name[target] = resident
         self._retries(resident)
@@ -167,9 +176,25 @@ class ModelCache:
         log.info("loaded %s '%s' (key %s): %s%s", self.kind, target, key, format_size(resident.memory),
                  f", {format_size(self.used())} of {format_size(self.memory_limit)} in use"
                  if self.memory_limit is not None else "")
-        async with self._room:
-            await self._make_room(0, keep=key)
+        if not pinned:
+            async with self._room:
+                await self._make_room(0, keep=key)
         return resident
+
+    def check_fits(self, target: str, need: int, pinned: bool = False) -> None:
+        """Refuse (Out of memory) a load of ``target`` whose ``need`` (bytes it takes at least: measured at its
+        last load, its files) cannot fit under the limit: beside everything resident for a ``pinned`` load, which
+        unloads nothing; beside the pinned models for the cache's own, which unload only the others."""
+        if self.memory_limit is None:
+            return
+        need = max(need, self._known.get(target, 0))
+        beside = self._committed() if pinned else self._pinned()
+        if beside + need > self.memory_limit:
+            raise InferError(self._too_big(target, need, beside), Code.INVALID_ARG)
+
+    def _pinned(self) -> int:
+        """What the pinned models hold: the floor no eviction goes below."""
+        return sum(r.memory for r in self.models.values() if r.pinned)
 
     def _check_names(self, repository: Path, model_folder: str) -> None:
         """The repository's other models (an ensemble's composing models) are served under their folder names:
@@ -368,8 +393,10 @@ class ModelCache:
                 room = capacity(source, gpu, limits)
                 if used + size <= room:
                     break
-                victims = [r for r in self.models.values() if r.key != keep and gpu in r.gpus
+                victims = [r for r in self.models.values() if r.key != keep and gpu in r.gpus and not r.pinned
                            and r.target not in self._waiting and r.key not in self._retrying]
+                if used - sum(r.device.get(gpu, 0) for r in victims) + size > room and not loading:
+                    return  # unloading them all would not make room: the device decides, and nothing is lost
                 if not victims:
                     if loading or any(m for _, m in self._leaving.values()):
                         await self._room.wait()  # a load or an unload in progress changes the picture
@@ -397,7 +424,7 @@ class ModelCache:
         try:
             async with self._room:
                 victims = [r for r in self.models.values() if r.key != keep and r.target not in self._waiting
-                           and r.key not in self._retrying and (not gpus or r.gpus & gpus)]
+                           and not r.pinned and r.key not in self._retrying and (not gpus or r.gpus & gpus)]
                 if victims:
                     victim = min(victims, key=lambda r: (self._busy(r), self.policy.priority(r.target, r.memory)))
                     log.info("evicting '%s' (%s) after an out-of-memory failure", victim.target,
@@ -433,20 +460,27 @@ class ModelCache:
         """What a model took beyond its files so far (interpreter, libraries): the guess for an unknown one."""
         return int(sum(self._overheads) / len(self._overheads)) if self._overheads else 0
 
-    def _too_big(self, target: str, need: int) -> str:
+    def _too_big(self, target: str, need: int, beside: int = 0) -> str:
         # Worded as an allocation failure is ("Out of memory"): SageMaker answers both 507 (naiad.sagemaker.contract).
-        return (f"Out of memory: model '{target}' needs {format_size(need)}, more than the memory limit of "
-                f"{format_size(self.memory_limit or 0)} (--model-memory-limit)")
+        limit = f"the memory limit of {format_size(self.memory_limit or 0)} (--model-memory-limit)"
+        if not beside:
+            return f"Out of memory: model '{target}' needs {format_size(need)}, more than {limit}"
+        return (f"Out of memory: model '{target}' needs {format_size(need)}, and {format_size(beside)} of {limit} "
+                "is held by models this load may not unload (nothing was unloaded for it)")
 
     async def _make_room(self, need: int, keep: str) -> None:
         """Unload models in the eviction policy's order until ``need`` more bytes fit under the limit. A model
         that is busy goes after the idle ones; its requests finish before it is finalized either way. With nothing
-        left to unload, a load waits for the loads and unloads in progress (called with ``_room`` held)."""
+        left to unload, a load waits for the loads and unloads in progress (called with ``_room`` held). Nothing
+        is unloaded when unloading all it may would not make room: the load goes ahead, and its measure decides."""
         if self.memory_limit is None:
             return
         self.refresh()
+        if self._pinned() + need > self.memory_limit:
+            return
         while self._committed() + need > self.memory_limit:
-            victims = [r for r in self.models.values() if r.key != keep and r.key not in self._retrying]
+            victims = [r for r in self.models.values() if r.key != keep and r.key not in self._retrying
+                       and not r.pinned]
             held = [r for r in victims if r.target in self._waiting]  # just loaded: its requests go first
             victims = [r for r in victims if r.target not in self._waiting]
             if not victims:

@@ -5,6 +5,11 @@ SageMaker chose (``model_name``), served under the target model's name, listed, 
 repository (the url rules: ``urls.py``). The platform's part, which naiad does in the server: archives fetched
 on demand from the model data url into ``<root>/<hash of the target>/model``, and models unloaded before a load
 that would not fit the memory limit (the generic part: ``naiad.repository.model_cache``).
+
+Who owns residency: SageMaker's agent, for what it loads through ``POST /models`` (it unloads and retries on a
+507): naiad never unloads those, and their loads unload nothing. naiad, for what it loads on demand: under
+--model-memory-limit an archive whose members already take more than the room there is (or a model measured so
+at an earlier load) is refused before it is extracted (or downloaded), and before anything is evicted for it.
 """
 
 from __future__ import annotations
@@ -60,11 +65,17 @@ class Residency(ModelCache):
     async def load(self, key: str, url: str, target: str, folder: Path | None = None) -> Resident:
         """Register ``url``'s repository under ``key`` and load ``target`` from it, making room first."""
         async with self._slots:
-            return await self._load(key, url, target, folder)
+            return await self._load(key, url, target, folder, pinned=True)
 
-    async def _load(self, key: str, url: str, target: str, folder: Path | None, fetched: float = 0.0) -> Resident:
+    async def _load(self, key: str, url: str, target: str, folder: Path | None, fetched: float = 0.0,
+                    pinned: bool = False) -> Resident:
         repository, model_folder = self.locate(url, target)
-        return await self._admit(key, repository, model_folder, target, folder, fetched)
+        return await self._admit(key, repository, model_folder, target, folder, fetched, pinned)
+
+    def find(self, name: str) -> Resident | None:
+        """The model loaded under the key ``name``, else the one a client knows as ``name``: the key an on-demand
+        load filed it under (the hash of its name), or the target model it serves as."""
+        return self.get(name) or self.get(model_key(name)) or self._by_name.get(name)
 
     # --- the platform's part: on-demand loading ----------------------------------------------------------------
 
@@ -72,11 +83,12 @@ class Residency(ModelCache):
         """Fetch ``target`` (an archive's path relative to the model data url), extract it and load it."""
         if self.fetch is None:
             raise not_found(f"model '{target}' is not loaded and {self.missing}")
-        from naiad.repository.archive import extract_archive  # only on-demand loading needs tarfile
+        from naiad.repository.archive import archive_size, extract_archive  # only on-demand loading needs tarfile
 
         key = model_key(target)
         if key in self.models:  # loaded under its key, but not ready (e.g. a worker restarting)
             raise InferError(f"model '{target}' is not ready", Code.UNAVAILABLE)
+        self.check_fits(target, 0)  # measured at an earlier load: refused before the download
         async with self._slots:
             self.models_root.mkdir(parents=True, exist_ok=True)
             handle, name = tempfile.mkstemp(prefix=".download-", suffix=".tar.gz", dir=self.models_root)
@@ -87,6 +99,11 @@ class Residency(ModelCache):
                 size = await self._off_loop(f"download of '{target}'", partial(self.fetch, target, archive),
                                             partial(archive.unlink, missing_ok=True))
                 fetched = time.perf_counter() - started
+                if self.memory_limit is not None:  # its members' sizes, from the member list: before extraction
+                    members = await self._off_loop(f"member list of '{target}'",
+                                                   partial(archive_size, archive, *(self.archive_limits or ()),
+                                                           label=target), lambda: None)
+                    self.check_fits(target, members or 0)
                 leaving = self._leaving.get(key)
                 if leaving is not None:  # an eviction of this very key may still be removing its folder
                     await leaving[0].wait()

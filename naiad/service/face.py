@@ -345,8 +345,8 @@ class Service:
                 for r in self._residency().models.values()]
 
     async def sagemaker_model(self, key: str) -> dict[str, Any] | None:
-        """One of them by key (None: not loaded)."""
-        r = self._residency().get(key)
+        """One of them by key, or by the name a client knows it by (None: not loaded)."""
+        r = self._residency().find(key)
         return None if r is None else {"key": r.key, "url": r.url, "target": r.target}
 
     async def sagemaker_load(self, key: str, url: str, target: str) -> None:

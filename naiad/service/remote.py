@@ -567,14 +567,37 @@ class RemoteService(ChannelEnd, Service):
 
 
 def lost_host(index: int) -> Callable[[], None]:
-    """What a front end does when the host is gone: exit at once (its requests can't be answered); the first
-    front end says why, once."""
+    """What a front end does when its channel to the host closes unasked: exit at once (its requests can't be
+    answered); the first front end says why, once, as the server's last line. A host that stops on purpose stops
+    its front ends first, so this is a host that died (killed, or it crashed) or, still running, dropped them."""
 
-    host = os.getppid()
+    host = os.getppid()  # 1: the host was gone before this front end started
 
     def lost() -> None:
         if index == 0:
-            os.write(2, f"error: the model host (pid {host}) is gone; front-end processes exit\n".encode())
+            os.write(2, (host_lost_line(host, _alive(host)) + "\n").encode())
         os._exit(1)
 
     return lost
+
+
+def host_lost_line(host: int, alive: bool) -> str:
+    """The server's last line when its model host went without stopping the front-end processes."""
+    named = f"the model host (pid {host})" if host > 1 else "the model host"
+    if alive:
+        return (f"error: {named} closed its channel to the front-end processes while serving; they stopped serving "
+                "and exited")
+    return (f"error: {named} was killed or crashed (it exited without stopping the front-end processes; its own "
+            "last lines, or the system log for a kill, say why); the front-end processes stopped serving and exited")
+
+
+def _alive(pid: int) -> bool:
+    if pid <= 1:
+        return False
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return os.getppid() == pid  # (a pid taken again since would not be the parent)

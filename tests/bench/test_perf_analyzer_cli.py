@@ -89,6 +89,9 @@ def test_an_unstable_level_is_written_with_its_reason(bench_server: RunningServe
                 "--no-generator-ceiling")
     assert run.returncode == 2, run.stderr   # perf_analyzer's code for it, still
     assert "Failed to obtain stable measurement" in run.stderr
+    # stdout does not end at the level's heading: the reason follows it there too
+    after = run.stdout.split("Request concurrency: 1\n", 1)[1]
+    assert "Stopped: Failed to obtain stable measurement within 3 measurement windows" in after, run.stdout
     assert f"Partial results written to {out}" in run.stderr
     rows = list(csv.DictReader(out.open()))
     assert len(rows) == 1 and rows[0]["Stable"] == "0"

@@ -71,3 +71,23 @@ def test_refusals_before_serving(tmp_path: Path, capsys: pytest.CaptureFixture[s
     assert main(["recommend", str(model), "--traffic", str(bad)]) == 2
     assert "expected a JSON object" in capsys.readouterr().err
     assert not list(tmp_path.glob("naiad-recommend-*")) and not Path("naiad-recommend-m").exists()
+
+
+def test_output_goes_outside_a_git_work_tree_by_default(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from naiad.recommend.cli import default_output
+
+    home = tmp_path / "home"
+    monkeypatch.setenv("HOME", str(home))
+    plain = tmp_path / "work"
+    plain.mkdir()
+    monkeypatch.chdir(plain)
+    assert default_output("m") == Path("naiad-recommend-m")   # beside the user, as before
+    clone = tmp_path / "clone"
+    (clone / ".git").mkdir(parents=True)
+    (clone / "sub").mkdir()
+    monkeypatch.chdir(clone / "sub")   # anywhere inside the work tree
+    assert default_output("m") == home / "naiad-recommend-m"
+    (tmp_path / "worktree").mkdir()
+    (tmp_path / "worktree" / ".git").write_text("gitdir: /elsewhere\n")   # a linked worktree's .git is a file
+    monkeypatch.chdir(tmp_path / "worktree")
+    assert default_output("m") == home / "naiad-recommend-m"

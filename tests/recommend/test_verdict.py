@@ -93,3 +93,12 @@ def test_inference_recommender_metrics_where_the_curve_levels_off() -> None:
     assert 0 < metrics["MemoryUtilization"] < 100
     assert metrics["CostPerInference"] == pytest.approx(0.36 / (200 * 3600))
     assert metrics["ModelSetupTime"] == 1
+
+
+def test_a_run_without_a_level_within_the_sla_is_counted_not_drawn_as_zero() -> None:
+    slow = TrafficResult(levels=[_level(2, 120, p95_ms=9.0), _level(4, 130, p95_ms=12.0)], stop_reason="completed",
+                         max_invocations_per_minute=130 * 60, latency_at_max_us=_level(4, 130, 12.0).latency_us)
+    r = row(_measured("base", [_run(100, 150), _run(100, 160), slow]), 5.0, None)
+    assert (r.sla_throughput_low, r.sla_throughput_high) == (0.0, 160)   # the verdict's, conservative
+    assert (r.sla_runs_met, r.sla_throughput_low_met) == (2, 150)
+    assert r.sla_spread == "150-160 (2 of 3 runs)"

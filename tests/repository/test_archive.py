@@ -232,3 +232,28 @@ def test_label_names_the_archive(tmp_path: Path) -> None:
     archive = make_archive(tmp_path / ".download-123.tar.gz", [_file("../evil")])
     with pytest.raises(InferError, match="archive 'models/a.tar.gz' is not valid: member '../evil'"):
         extract_archive(archive, tmp_path / "t", label="models/a.tar.gz")
+
+
+def test_archive_size_reads_the_whole_member_list_and_writes_nothing(tmp_path: Path) -> None:
+    from naiad.repository import archive as module
+
+    # Past the extraction's first pass (SCAN_BYTES): the sum still counts every member.
+    big = 3 * (1 << 20)
+    members = [_file("config.pbtxt", b"name: 'm'"), _entry("1", tarfile.DIRTYPE), _file("1/a.bin", bytes(big)),
+               _entry("1/link", tarfile.SYMTYPE, "a.bin"), _file("1/b.bin", bytes(big))]
+    path = make_archive(tmp_path / "m.tar.gz", members)
+    before = set(tmp_path.iterdir())
+    original = module.SCAN_BYTES
+    module.SCAN_BYTES = 1 << 20
+    try:
+        assert module.archive_size(path) == 2 * big + len(b"name: 'm'")
+    finally:
+        module.SCAN_BYTES = original
+    assert set(tmp_path.iterdir()) == before
+    (tmp_path / "bad.tar.gz").write_bytes(b"not an archive")
+    with pytest.raises(InferError) as raised:
+        module.archive_size(tmp_path / "bad.tar.gz", label="bad.tar.gz")
+    assert raised.value.code == Code.INVALID_ARG and "'bad.tar.gz' is not a valid" in raised.value.message
+    with pytest.raises(InferError) as raised:
+        module.archive_size(path, max_bytes=big)
+    assert "takes it over the limit" in raised.value.message

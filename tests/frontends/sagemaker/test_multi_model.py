@@ -6,8 +6,6 @@ from __future__ import annotations
 
 import json
 import shutil
-import threading
-import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -186,7 +184,44 @@ def _heavy(root: Path, name: str, mb: int, delay: float = 0.0) -> Path:
     return folder
 
 
-def test_memory_limit_evicts_least_recently_used(tmp_path: Path) -> None:
+def test_out_of_memory_load_disturbs_no_resident(server: RunningServer, root: Path) -> None:
+    """SageMaker's agent owns what it loaded (it unloads and retries on a 507): a load that fails out of memory
+    unloads nothing, here an ensemble and its composing model (Triton doesn't either)."""
+    assert load(server, "ens2", root / "ens" / "model", target="pipe") == (200, b"")
+    assert load(server, "id2", root / "ident" / "model") == (200, b"")
+    before = workers(server)
+    status, body = load(server, "oom2", root / "oom" / "model")
+    assert status == 507 and "MemoryError" in json.loads(body)["error"]
+    assert "evicting" not in server.log()
+    assert {"ens2", "id2"} <= set(listed(server)) and before <= workers(server)
+    doc = {"inputs": [{"name": "A", "shape": [4], "datatype": "FP32", "data": [1, 2, 3, 4]},
+                      {"name": "B", "shape": [4], "datatype": "FP32", "data": [1, 1, 1, 1]}]}
+    assert invoke(server, "ens2", doc, target="pipe")[0] == 200
+    assert invoke(server, "id2", IDENTITY)[0] == 200
+    assert server.sagemaker("DELETE", "/models/ens2", headers={TARGET: "pipe"})[0] == 200
+    assert server.sagemaker("DELETE", "/models/id2")[0] == 200
+
+
+def test_get_answers_for_the_name_a_client_used(server: RunningServer, root: Path) -> None:
+    """The agent files a model under a key of its own; GET with the target model's name finds it, and its body
+    says the key."""
+    assert load(server, "k0123", root / "repo" / "model", target="add_sub.tar.gz") == (200, b"")
+    status, _, body = server.sagemaker("GET", "/models/add_sub.tar.gz")
+    assert status == 200 and json.loads(body)["modelName"] == "k0123", body
+    assert server.sagemaker("DELETE", "/models/k0123", headers={TARGET: "add_sub.tar.gz"})[0] == 200
+    assert server.sagemaker("GET", "/models/add_sub.tar.gz")[:3:2] == (404, b"")
+
+
+def _heavy(root: Path, name: str, mb: int, delay: float = 0.0) -> Path:
+    folder = root / name / "model"
+    write_model(folder.parent, "model", IDENTITY_FP32.format(name=name), HEAVY_PY.format(mb=mb, delay=delay))
+    return folder
+
+
+def test_memory_limit_refuses_what_does_not_fit_and_unloads_nothing(tmp_path: Path) -> None:
+    """Under --model-memory-limit the agent's loads still unload nothing: one that does not fit beside what it
+    loaded is answered 507 (the agent unloads a model of its choice and loads again), before it loads where its
+    size is known from an earlier load."""
     root = tmp_path / "models"
     urls = {name: _heavy(root, name, 150) for name in ("a", "b", "c")}
     _heavy(root, "huge", 600)
@@ -194,34 +229,21 @@ def test_memory_limit_evicts_least_recently_used(tmp_path: Path) -> None:
     try:
         assert load(running, "a", urls["a"]) == (200, b"")
         assert load(running, "b", urls["b"]) == (200, b"")
-        assert invoke(running, "a", IDENTITY)[0] == 200  # b is now the least recently used
+        status, body = load(running, "c", urls["c"])
+        assert status == 507, body
+        assert "held by models this load may not unload" in json.loads(body)["error"]
+        assert "answering 507: the SageMaker models' memory limit (--model-memory-limit) ran out" in running.log()
+        assert listed(running) == ["a", "b"] and "evicting" not in running.log()
+        assert running.sagemaker("DELETE", "/models/b")[0] == 200  # what the agent does on a 507
         assert load(running, "c", urls["c"]) == (200, b"")
         assert listed(running) == ["a", "c"]
         status, body = load(running, "huge", root / "huge" / "model")
-        assert status == 507
-        assert "more than the memory limit" in json.loads(body)["error"]
-        assert "answering 507: the SageMaker models' memory limit (--model-memory-limit) ran out" in running.log()
-        # Room was made for it (a, least recently used, went) before its size was known; nothing of it stays.
-        assert listed(running) == ["c"]
-        assert invoke(running, "c", IDENTITY)[0] == 200
-    finally:
-        running.stop()
-
-
-def test_eviction_waits_for_in_flight_requests(tmp_path: Path) -> None:
-    root = tmp_path / "models"
-    slow = _heavy(root, "slow", 150, delay=1.5)
-    other = _heavy(root, "other", 150)
-    running = mme(root, "--model-memory-limit=250M")
-    try:
-        assert load(running, "slow", slow) == (200, b"")
-        answers: list[tuple[int, bytes]] = []
-        thread = threading.Thread(target=lambda: answers.append(invoke(running, "slow", IDENTITY)))
-        thread.start()
-        time.sleep(0.4)  # the request is executing when the load below has to evict its model
-        assert load(running, "other", other) == (200, b"")
-        thread.join()
-        assert answers and answers[0][0] == 200, answers
-        assert listed(running) == ["other"]
+        assert status == 507 and "Out of memory" in json.loads(body)["error"]
+        # Measured once: the second time it is refused before it loads (no worker starts for it).
+        status, body = load(running, "huge", root / "huge" / "model")
+        assert status == 507 and "Out of memory" in json.loads(body)["error"]
+        assert running.log().count("unloaded SageMaker model 'huge'") == 1
+        assert listed(running) == ["a", "c"] and "evicting" not in running.log()
+        assert invoke(running, "a", IDENTITY)[0] == 200 and invoke(running, "c", IDENTITY)[0] == 200
     finally:
         running.stop()
