@@ -174,7 +174,7 @@ def run_case(pa: str, server: Server, case: str, args: argparse.Namespace, scrat
     argv = ["taskset", "-c", args.load_cpu, pa, "-m", "add_sub" if model == "add_sub" else "identity_fp32",
             "-i", protocol, "-u", f"127.0.0.1:{port}", "--concurrency-range", concurrency,
             "--measurement-mode", "time_windows", "--measurement-interval", str(args.window_ms),
-            "--stability-percentage", "100", "--max-trials", "3", "-f", str(report)]
+            "--stability-percentage", "10000", "--max-trials", "3", "-f", str(report)]
     if model == "identity":
         argv += ["--shape", f"INPUT0:{size_bytes(size) // 4}"]
     pid = server.proc.pid
