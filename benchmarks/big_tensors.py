@@ -57,6 +57,30 @@ class TritonPythonModel:
         return [pb_utils.InferenceResponse([pb_utils.Tensor("OUTPUT0", pb_utils.get_input_tensor_by_name(
             request, "INPUT0").as_numpy())]) for request in requests]
 """
+# Decoupled: 64 one-token responses per request, each its own message on the gRPC stream.
+STREAM_CONFIG = """
+name: "stream64"
+backend: "python"
+max_batch_size: 0
+model_transaction_policy { decoupled: true }
+input [{ name: "IN", data_type: TYPE_INT32, dims: [ 1 ] }]
+output [{ name: "OUT", data_type: TYPE_INT32, dims: [ 1 ] }]
+instance_group [{ kind: KIND_CPU, count: 1 }]
+"""
+STREAM_MODEL = """
+import numpy as np
+import triton_python_backend_utils as pb_utils
+
+
+class TritonPythonModel:
+    def execute(self, requests):
+        for request in requests:
+            sender = request.get_response_sender()
+            for i in range(64):
+                sender.send(pb_utils.InferenceResponse([pb_utils.Tensor("OUT", np.array([i], np.int32))]))
+            sender.send(flags=pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL)
+        return None
+"""
 DEFAULT_CASES = (
     # item 1: big tensors over gRPC (and HTTP alongside)
     "grpc:identity:256KiB:1", "grpc:identity:1MiB:1", "grpc:identity:1MiB:4", "grpc:identity:4MiB:4",
@@ -65,6 +89,8 @@ DEFAULT_CASES = (
     "grpc:add_sub:-:1", "http:add_sub:-:1",
     # item 3 and 5: many connections
     "http:add_sub:-:8", "http:add_sub:-:64", "grpc:add_sub:-:64",
+    # item 5: streaming
+    "grpc:stream64:-:1", "grpc:stream64:-:8",
 )
 
 
@@ -86,6 +112,10 @@ def repository(into: Path) -> Path:
     (model / "1").mkdir(parents=True)
     (model / "config.pbtxt").write_text(textwrap.dedent(IDENTITY_CONFIG))
     (model / "1" / "model.py").write_text(textwrap.dedent(IDENTITY_MODEL))
+    stream = into / "stream64"
+    (stream / "1").mkdir(parents=True)
+    (stream / "config.pbtxt").write_text(textwrap.dedent(STREAM_CONFIG))
+    (stream / "1" / "model.py").write_text(textwrap.dedent(STREAM_MODEL))
     add_sub = TREE / "examples" / "model_repository" / "add_sub"
     (into / "add_sub").symlink_to(add_sub)
     return into
@@ -135,7 +165,7 @@ class Server:
                 self.stop()
                 raise RuntimeError(f"{kind} did not become ready:\n{log.read_text()[-9000:]}")
             time.sleep(0.2)
-        for model in ("identity_fp32", "add_sub"):  # Triton loads models after it says ready on some paths
+        for model in ("identity_fp32", "add_sub", "stream64"):  # Triton loads models after it says ready on some paths
             while True:
                 try:
                     with urllib.request.urlopen(f"http://127.0.0.1:{self.http}/v2/models/{model}/ready",
@@ -171,12 +201,15 @@ def run_case(pa: str, server: Server, case: str, args: argparse.Namespace, scrat
     protocol, model, size, concurrency = case.split(":")
     port = server.grpc if protocol == "grpc" else server.http
     report = scratch / "pa.csv"
-    argv = ["taskset", "-c", args.load_cpu, pa, "-m", "add_sub" if model == "add_sub" else "identity_fp32",
+    name = {"identity": "identity_fp32"}.get(model, model)
+    argv = ["taskset", "-c", args.load_cpu, pa, "-m", name,
             "-i", protocol, "-u", f"127.0.0.1:{port}", "--concurrency-range", concurrency,
             "--measurement-mode", "time_windows", "--measurement-interval", str(args.window_ms),
             "--stability-percentage", "10000", "--max-trials", "3", "-f", str(report)]
     if model == "identity":
         argv += ["--shape", f"INPUT0:{size_bytes(size) // 4}"]
+    if model == "stream64":
+        argv.append("--streaming")  # infer/s counts requests, each answered by 64 responses
     pid = server.proc.pid
     before, start = cpu_seconds(pid), time.monotonic()
     out = subprocess.run(argv, capture_output=True, text=True, timeout=600)
