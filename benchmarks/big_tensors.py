@@ -11,8 +11,8 @@ each carry that many bytes). Servers: ``naiad`` (this tree, the lean gRPC engine
 server runs pinned to ``--server-cpu`` (its Python workers and Triton's stub inherit it), perf_analyzer to
 ``--load-cpu``. Rounds alternate the servers (a fresh server per round and case), and the table gives per server and
 case the medians over rounds of throughput, p50 and p99 latency (perf_analyzer's), and the server's CPU per
-request (its process and children, from /proc), then each server's ratio to Triton. Where the servers of a case
-disagree by more than the rounds of one of them spread, the spread column says so.
+request (its process and children, from /proc), each server's ratio to Triton, and ``spread``: how far apart a
+server's rounds were ((max - min) / median of its throughput), the run's noise.
 
 Needs taskset and ``../shared/peers/perf_analyzer.sh install`` / ``triton.sh``.
 """

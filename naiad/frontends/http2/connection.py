@@ -286,7 +286,8 @@ class H2Connection:
                 end_stream = not left and bool(self._data_flags & f.END_STREAM)
                 if end_stream:
                     stream.remote_closed = True
-                events.append(DataReceived(sid, memoryview(data)[pos:pos + n], end_stream))
+                chunk = memoryview(data)[pos:pos + n] if type(data) is bytes else bytes(data[pos:pos + n])
+                events.append(DataReceived(sid, chunk, end_stream))
         return pos + n
 
     def _on_headers(self, flags: int, sid: int, payload: bytes, events: list[Event]) -> None:
