@@ -107,12 +107,15 @@ class Inference:
         return encode_response(response, options, model.labels if options.classification else None, model.batching,
                                raw_out)
 
-    async def ModelInfer(self, message: pb.ModelInferRequest, context: Any) -> pb.ModelInferResponse | None:
+    async def ModelInfer(self, message: pb.ModelInferRequest, context: Any, raw: list[memoryview] | None = None,
+                         raw_out: list[bytes | memoryview] | None = None) -> pb.ModelInferResponse | None:
+        """``raw`` / ``raw_out``: a big request's and answer's tensors, kept out of the messages (raw_contents.py)."""
         try:
-            future, model, options = self.begin(message, self.view(message) or await self.model(message), context)
+            future, model, options = self.begin(message, self.view(message) or await self.model(message), context,
+                                                raw)
             # A model that answers inline has already resolved the future: skip the suspension.
             response = future.result() if future.done() else await future
-            return self.finish(response, model, options)
+            return self.finish(response, model, options, raw_out)
         except InferError as exc:
             fail(context, exc)
             return None
