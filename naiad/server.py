@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from naiad.core.errors import STATUS_NAMES, InferError, internal, invalid
+from naiad.core.heap import keep_big_buffers
 from naiad.core.settings import LogSettings
 from naiad.core.stats import ModelStats
 from naiad.core.tracing import Tracer
@@ -417,6 +418,7 @@ def _dashboard_url(address: str, port: int) -> str:
 def run_process(main: Callable[[], Coroutine[Any, Any, None]]) -> int:
     """Run the coroutine ``main`` makes on uvloop where it is installed; a ``SystemExit`` with a message (a failed
     start, in making it or running it: Triton's one line) is printed and exits 1."""
+    keep_big_buffers()
     try:
         import uvloop
 

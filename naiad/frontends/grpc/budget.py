@@ -25,7 +25,8 @@ class Held(Protocol):
     """What the budget reads and keeps on a call (``lean.Call``)."""
 
     sid: int
-    body: bytes | bytearray | None  # received bytes not yet made into messages: a message's beginning first
+    body: bytes | bytearray | memoryview | None  # received bytes not yet made into messages: a message's beginning first
+    later: int  # received bytes of a unary call's message kept apart, after ``body``
     closed: bool
     reserved: int  # room reserved for the message at the start of ``body``
     need: int  # room that message waits for (0: none)
@@ -73,7 +74,7 @@ class Budget:
         self.reserved += need
         call.reserved = need
         h2 = self.h2
-        missing = need - len(call.body or b"") - h2.receive_window(call.sid)
+        missing = need - len(call.body or b"") - call.later - h2.receive_window(call.sid)
         if missing > 0:
             h2.grant(call.sid, missing)
 

@@ -9,6 +9,7 @@ request like the HTTP codec's; messages are the ones Triton's gRPC front end giv
 from __future__ import annotations
 
 import re
+from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
@@ -20,6 +21,7 @@ from naiad.core.model_view import ModelView
 from naiad.core.request import InferRequest, InferResponse, log_prefix
 from naiad.core.shared_memory import SharedMemoryRegistry, SharedMemoryUse
 from naiad.core.tensors import classify, from_buffer
+from naiad.frontends.grpc.raw_contents import SPLIT
 
 _OBJECT = np.dtype(np.object_)
 _WIRE_BY_DTYPE = {d: w for w, d in WIRE_TO_NUMPY.items()}
@@ -62,13 +64,16 @@ _NO_OPTIONS = OutputOptions()
 
 
 def decode_request(message: pb.ModelInferRequest, model: ModelView,
-                   shared_memory: SharedMemoryRegistry | None = None) -> tuple[InferRequest, OutputOptions]:
+                   shared_memory: SharedMemoryRegistry | None = None,
+                   raw: Sequence[bytes | memoryview] | None = None) -> tuple[InferRequest, OutputOptions]:
     """Build the server's request; raise ``InferError`` with Triton's gRPC wording for what it refuses.
-    ``shared_memory``: the registered regions tensors may name."""
+    ``shared_memory``: the registered regions tensors may name; ``raw``: the raw_input_contents when they were kept
+    out of the message (raw_contents.py)."""
     model_name = message.model_name
     request = InferRequest(model_name, model.version, message.id)
     options = _apply_parameters(request, message.parameters) if message.parameters else None
-    raw = message.raw_input_contents
+    if raw is None:
+        raw = message.raw_input_contents
     index = 0
     inputs = request.inputs
     buffer: bytes | memoryview
@@ -259,10 +264,13 @@ _OutputTensor = pb.ModelInferResponse.InferOutputTensor
 
 
 def encode_response(response: InferResponse, options: OutputOptions, labels: dict[str, list[str]] | None,
-                    batching: bool = True) -> pb.ModelInferResponse:
-    """A successful response: every output's bytes in ``raw_output_contents``, in the model's output order."""
+                    batching: bool = True, raw_out: list[bytes | memoryview] | None = None) -> pb.ModelInferResponse:
+    """A successful response: every output's bytes in ``raw_output_contents``, in the model's output order. With
+    ``raw_out``, outputs of SPLIT bytes or more in all go there instead, as buffers over the arrays (the caller
+    writes them after the message: raw_contents.py) and the message has no raw_output_contents."""
     tensors = []
-    raw = []
+    raw: list[Any] = []
+    size = 0
     classification = options.classification
     shm = options.shm
     for name, array in response.outputs.items():
@@ -284,7 +292,16 @@ def encode_response(response: InferResponse, options: OutputOptions, labels: dic
                 array = array.astype(array.dtype.newbyteorder("<"))
                 native = _WIRE_BY_DTYPE[array.dtype.newbyteorder("=")]
             tensors.append(_OutputTensor(name=name, datatype=native, shape=array.shape))
-            raw.append(array.tobytes())
+            raw.append(array)
+            size += array.nbytes
+    if raw_out is not None and size >= SPLIT:
+        for item in raw:
+            if isinstance(item, np.ndarray):
+                item = memoryview(np.ascontiguousarray(item)).cast("B")  # type: ignore[arg-type]  # keeps the array (and its memory) alive
+            raw_out.append(item)
+        raw = []
+    else:
+        raw = [item.tobytes() if isinstance(item, np.ndarray) else item for item in raw]
     message = pb.ModelInferResponse(model_name=response.model_name, model_version=response.model_version,
                                     id=response.id, outputs=tensors, raw_output_contents=raw)
     if response.parameters:

@@ -84,31 +84,38 @@ class Inference:
         version = message.model_version
         return await self.service.model(message.model_name, parse_version(version) if version else "")
 
-    def begin(self, message: pb.ModelInferRequest, model: ModelView, metadata: Any = None
-              ) -> tuple[asyncio.Future, ModelView, OutputOptions]:
+    def begin(self, message: pb.ModelInferRequest, model: ModelView, metadata: Any = None,
+              raw: list[memoryview] | None = None) -> tuple[asyncio.Future, ModelView, OutputOptions]:
         """Decode and queue a ModelInfer request for ``model``'s version (raises ``InferError``): the half every
-        server engine shares. ``metadata`` (see ``forwarded``) is read only when headers are forwarded."""
+        server engine shares. ``metadata`` (see ``forwarded``) is read only when headers are forwarded; ``raw``: the
+        raw_input_contents kept out of the message (raw_contents.py)."""
         service = self.service
         if model.decoupled:
             raise InferError(_DECOUPLED_INFER, Code.UNSUPPORTED)
-        request, options = decode_request(message, model, service.shared_memory)
+        request, options = decode_request(message, model, service.shared_memory, raw)
         if self.forward is not None and metadata is not None:
             request.parameters.update(self.forwarded(metadata))
         return service.infer(request, model), model, options
 
     @staticmethod
-    def finish(response: Any, model: ModelView, options: OutputOptions) -> pb.ModelInferResponse:
-        """The model's answer as the RPC's message (raises ``InferError``)."""
+    def finish(response: Any, model: ModelView, options: OutputOptions,
+               raw_out: list[bytes | memoryview] | None = None) -> pb.ModelInferResponse:
+        """The model's answer as the RPC's message (raises ``InferError``); with ``raw_out``, big outputs' bytes go
+        there instead (``encode_response``)."""
         if response.error is not None:
             raise response.error
-        return encode_response(response, options, model.labels if options.classification else None, model.batching)
+        return encode_response(response, options, model.labels if options.classification else None, model.batching,
+                               raw_out)
 
-    async def ModelInfer(self, message: pb.ModelInferRequest, context: Any) -> pb.ModelInferResponse | None:
+    async def ModelInfer(self, message: pb.ModelInferRequest, context: Any, raw: list[memoryview] | None = None,
+                         raw_out: list[bytes | memoryview] | None = None) -> pb.ModelInferResponse | None:
+        """``raw`` / ``raw_out``: a big request's and answer's tensors, kept out of the messages (raw_contents.py)."""
         try:
-            future, model, options = self.begin(message, self.view(message) or await self.model(message), context)
+            future, model, options = self.begin(message, self.view(message) or await self.model(message), context,
+                                                raw)
             # A model that answers inline has already resolved the future: skip the suspension.
             response = future.result() if future.done() else await future
-            return self.finish(response, model, options)
+            return self.finish(response, model, options, raw_out)
         except InferError as exc:
             fail(context, exc)
             return None

@@ -41,6 +41,7 @@ from naiad.frontends.connections import PORT_FULL, Gate, peer_address
 from naiad.frontends.grpc.budget import Budget, stream_window
 from naiad.frontends.grpc.inference import UNPARSABLE_MESSAGE, Inference
 from naiad.frontends.grpc.options import MAX_DECOMPRESSED_SIZE, GrpcOptions, compression_for
+from naiad.frontends.grpc.raw_contents import SPLIT, response_tail, split_request
 from naiad.frontends.grpc.status import GRPC_STATUS
 from naiad.frontends.http2.connection import H2Connection
 from naiad.frontends.http2.events import (
@@ -62,7 +63,6 @@ _INFER_PATH = "/inference.GRPCInferenceService/ModelInfer"
 _COMPRESSED_PATHS = (_INFER_PATH, "/inference.GRPCInferenceService/ModelStreamInfer")  # as in Triton
 # grpc's deflate is the zlib format; both at zlib's default level, as grpc compresses.
 _COMPRESSORS = {"gzip": lambda data: zlib.compress(data, wbits=31), "deflate": zlib.compress}
-_SPLIT = 65536  # a message at least this large goes out as its own DATA frame(s), not copied behind its prefix
 INF = float("inf")
 REFUSAL = 2.0  # seconds a refused connection stays open for its calls' UNAVAILABLE answers
 
@@ -116,13 +116,15 @@ class Context:
 class Call:
     """One RPC: the gRPC side of one HTTP/2 stream."""
 
-    __slots__ = ("sid", "headers", "body", "handler", "inbox", "task", "future", "started", "closed", "encoding",
-                 "compress", "reserved", "need", "sizes", "queued")
+    __slots__ = ("sid", "headers", "body", "parts", "later", "handler", "inbox", "task", "future", "started",
+                 "closed", "encoding", "compress", "reserved", "need", "sizes", "queued")
 
     def __init__(self, sid: int, headers: dict[str, str]) -> None:
         self.sid = sid
         self.headers = headers
-        self.body: bytes | bytearray | None = None  # request bytes not yet made into messages
+        self.body: bytes | bytearray | memoryview | None = None  # request bytes not yet made into messages
+        self.parts: list[bytes | bytearray | memoryview] | None = None  # a unary call's bytes after ``body``
+        self.later = 0  # their length
         self.handler: Any = None
         self.inbox: asyncio.Queue | None = None  # request messages of a streaming call
         self.task: asyncio.Future | None = None  # a handler running for the call
@@ -213,9 +215,12 @@ class Connection(asyncio.Protocol):
             self.transport.resume_reading()
 
     def flush(self) -> None:
-        data = self.h2.data_to_send()
+        data = self.h2.buffers_to_send()
         if data and self.transport is not None:
-            self.transport.write(data)
+            if len(data) == 1:
+                self.transport.write(data[0])
+            else:
+                self.transport.writelines(data)  # big DATA payloads go out as they are, not joined into a copy
             if not self.calls:
                 POLL.answered(self.loop)  # (poll.py)
 
@@ -367,12 +372,21 @@ class Connection(asyncio.Protocol):
         if call is None:
             return  # answered already (e.g. an unknown method): the rest of its request does not matter
         body = call.body
+        data = event.data
         if body is None:
-            call.body = event.data
+            call.body = data
+        elif call.parts is not None:
+            call.parts.append(data)
+            call.later += len(data)
+        elif call.inbox is None and type(data) is memoryview:
+            # A unary call's big message, arriving in views of the transport's (immutable) bytes: kept as they
+            # are and joined once when whole (one copy, instead of a growing bytearray's copies).
+            call.parts = [data]
+            call.later = len(data)
         else:
             if type(body) is not bytearray:
                 body = call.body = bytearray(body)
-            body += event.data
+            body += data
         if call.inbox is not None:
             self.feed(call, event.end_stream)
         elif event.end_stream:
@@ -419,6 +433,9 @@ class Connection(asyncio.Protocol):
     def unary(self, call: Call) -> None:
         body = call.body or b""
         call.body = None
+        if call.parts is not None:
+            body = b"".join((body, *call.parts))
+            call.parts, call.later = None, 0
         with memoryview(body) as view:
             if len(body) < 5 or len(body) != 5 + int.from_bytes(view[1:5], "big"):
                 self.trailers_only(call, grpc.StatusCode.UNIMPLEMENTED if len(body) > 5 else
@@ -428,28 +445,36 @@ class Connection(asyncio.Protocol):
             if data is None:
                 return
             handler = call.handler
+            infer = call.headers.get(":path") == self.infer_path
+            raw = None
             try:
-                request = handler.request_deserializer(data)
+                if infer and len(data) >= SPLIT:
+                    rest, raw = split_request(memoryview(data))
+                    request = handler.request_deserializer(rest)
+                else:
+                    request = handler.request_deserializer(data)
             except Exception:  # noqa: BLE001 - any parse failure is this call's INTERNAL, as Triton answers it
                 self.trailers_only(call, grpc.StatusCode.INTERNAL, UNPARSABLE_MESSAGE)
                 return
             data = None
-        if call.headers.get(":path") == self.infer_path:
-            self.model_infer(call, request)
+        if infer:
+            self.model_infer(call, request, raw=raw)
             return
         call.task = asyncio.ensure_future(self.run_unary(call, request))
 
-    def model_infer(self, call: Call, request: Any, model: ModelView | None = None) -> None:
+    def model_infer(self, call: Call, request: Any, model: ModelView | None = None,
+                    raw: list[memoryview] | None = None) -> None:
         """The hot path: queue the request and answer from the future's callback, no task in between (a task only
-        where the model's view must be asked for first: ``model_infer_later``)."""
+        where the model's view must be asked for first: ``model_infer_later``). ``raw``: a big request's tensors,
+        kept out of the message (raw_contents.py)."""
         inference = self.inference
         try:
             if model is None:
                 model = inference.view(request)
                 if model is None:
-                    call.task = asyncio.ensure_future(self.model_infer_later(call, request))
+                    call.task = asyncio.ensure_future(self.model_infer_later(call, request, raw))
                     return
-            future, model, options = inference.begin(request, model, call.headers)
+            future, model, options = inference.begin(request, model, call.headers, raw)
         except InferError as exc:
             self.trailers_only(call, GRPC_STATUS[exc.code], exc.message)
             return
@@ -460,8 +485,9 @@ class Connection(asyncio.Protocol):
         def done(future: asyncio.Future) -> None:
             if future.cancelled() or call.closed:
                 return  # the client reset the stream or went away meanwhile
+            raw: list[bytes | memoryview] = []
             try:
-                reply = inference.finish(future.result(), model, options)
+                reply = inference.finish(future.result(), model, options, raw)
                 data = reply.SerializeToString()
             except InferError as exc:
                 self.trailers_only(call, GRPC_STATUS[exc.code], exc.message)
@@ -470,7 +496,7 @@ class Connection(asyncio.Protocol):
                 log.exception("ModelInfer failed")
                 self.trailers_only(call, grpc.StatusCode.UNKNOWN, f"{type(exc).__name__}: {exc}")
                 return
-            self.send_message(call, data, last=True)
+            self.send_message(call, data, last=True, tail=response_tail(raw) if raw else None)
 
         if future.done():
             done(future)
@@ -478,14 +504,14 @@ class Connection(asyncio.Protocol):
             call.future = future
             future.add_done_callback(done)
 
-    async def model_infer_later(self, call: Call, request: Any) -> None:
+    async def model_infer_later(self, call: Call, request: Any, raw: list[memoryview] | None) -> None:
         try:
             model = await self.inference.model(request)
         except InferError as exc:
             self.trailers_only(call, GRPC_STATUS[exc.code], exc.message)
             return
         if not call.closed:
-            self.model_infer(call, request, model)
+            self.model_infer(call, request, model, raw)
 
     async def run_unary(self, call: Call, request: Any) -> None:
         context = Context(tuple(call.headers.items()))
@@ -598,13 +624,21 @@ class Connection(asyncio.Protocol):
                              else OK_TRAILERS, end_stream=True)
         self.wrote()
 
-    def send_message(self, call: Call, data: bytes, last: bool) -> None:
+    def send_message(self, call: Call, data: bytes, last: bool,
+                     tail: list[bytes | memoryview] | None = None) -> None:
+        """One response message: ``data``, then the buffers of ``tail`` (a big answer's tensors, raw_contents.py),
+        which go out as they are, without being joined."""
+        if tail is not None and call.compress is not None:
+            data, tail = b"".join((data, *tail)), None
         flag = b"\0"
         if call.compress is not None:
             packed = _COMPRESSORS[call.compress](data)
             if len(packed) < len(data):  # else sent as it is, as grpc does
                 data, flag = packed, b"\1"
-        head = flag + len(data).to_bytes(4, "big")
+        size = len(data)
+        if tail is not None:
+            size += sum(len(buffer) for buffer in tail)
+        head = flag + size.to_bytes(4, "big")
         headers = None
         if not call.started:
             call.started = True
@@ -615,23 +649,35 @@ class Connection(asyncio.Protocol):
             self.calls.pop(call.sid, None)
             if call.reserved:
                 self.budget.release(call)
-            if len(data) < _SPLIT:
+            if size < SPLIT:
                 h2.respond(call.sid, headers, head + data, OK_TRAILERS)  # one write: HEADERS, DATA, trailers
             else:
                 if headers is not None:
                     h2.send_headers(call.sid, headers)
-                h2.send_data(call.sid, head)
-                h2.send_data(call.sid, data)
+                self.send_body(call.sid, head, data, tail)
                 h2.send_headers(call.sid, OK_TRAILERS, end_stream=True)
         else:
             if headers is not None:
                 h2.send_headers(call.sid, headers)
-            if len(data) < _SPLIT:
+            if size < SPLIT:
                 h2.send_data(call.sid, head + data)
             else:
-                h2.send_data(call.sid, head)
-                h2.send_data(call.sid, data)
+                self.send_body(call.sid, head, data, tail)
         self.wrote()
+
+    def send_body(self, sid: int, head: bytes, data: bytes, tail: list[bytes | memoryview] | None) -> None:
+        """A big message: its small leading parts joined, each large buffer in frames of its own (not copied)."""
+        h2 = self.h2
+        small = [head]
+        for buffer in (data, *(tail or ())):
+            if len(buffer) < SPLIT:
+                small.append(buffer)  # type: ignore[arg-type]
+                continue
+            h2.send_data(sid, b"".join(small))
+            small = []
+            h2.send_data(sid, buffer)
+        if small:
+            h2.send_data(sid, b"".join(small))
 
 
 class LeanServer:

@@ -29,6 +29,7 @@ from naiad.frontends.connections import Gate
 from naiad.frontends.grpc.control import Control, unary_methods
 from naiad.frontends.grpc.inference import UNPARSABLE, UNPARSABLE_MESSAGE, Inference
 from naiad.frontends.grpc.options import GrpcOptions
+from naiad.frontends.grpc.raw_contents import SPLIT, response_tail, split_request
 from naiad.frontends.grpc.status import fail
 from naiad.service import CodeConsent, Service
 
@@ -193,6 +194,41 @@ def handlers(paths: dict[str, grpc.RpcMethodHandler]) -> list[grpc.GenericRpcHan
     return [grpc.method_handlers_generic_handler(name, table) for name, table in by_service.items()]
 
 
+_INFER_PATH = "/inference.GRPCInferenceService/ModelInfer"
+
+
+class _Split:
+    """A ModelInfer message and its tensors' bytes, kept apart (raw_contents.py): the request's views of the bytes
+    grpc handed over, or the answer's arrays."""
+
+    __slots__ = ("message", "raw")
+
+    def __init__(self, message: Any, raw: list[Any] | None) -> None:
+        self.message = message
+        self.raw = raw
+
+
+def split_infer(inference: Inference) -> grpc.RpcMethodHandler:
+    """grpcio's ModelInfer with big tensors kept out of protobuf both ways (the lean engine splits them itself)."""
+
+    def parse(data: bytes) -> _Split:
+        if len(data) < SPLIT:
+            return _Split(pb.ModelInferRequest.FromString(data), None)
+        rest, raw = split_request(memoryview(data))
+        return _Split(pb.ModelInferRequest.FromString(rest), raw)
+
+    async def infer(request: _Split, context: Any) -> _Split | None:
+        raw: list[bytes | memoryview] = []
+        reply = await inference.ModelInfer(request.message, context, request.raw, raw)
+        return None if reply is None else _Split(reply, raw)
+
+    def serialize(reply: _Split) -> bytes:
+        data = reply.message.SerializeToString()
+        return b"".join((data, *response_tail(reply.raw))) if reply.raw else data
+
+    return grpc.unary_unary_rpc_method_handler(infer, request_deserializer=parse, response_serializer=serialize)
+
+
 async def start(service: Service, options: GrpcOptions, gate: Gate | None = None,
                 port: ports.Port | None = None) -> Any:
     """The gRPC server as ``options.engine`` says; either answers ``await stop(grace=None)``. ``gate``: the port's
@@ -212,6 +248,8 @@ async def start(service: Service, options: GrpcOptions, gate: Gate | None = None
         log.info("Started GRPCInferenceService at %s (lean HTTP/2 engine%s)", address,
                  ", TLS" if options.use_ssl else "")
         return server
+    if options.restricted.rule("inference") is None:
+        paths[_INFER_PATH] = split_infer(inference)
     # grpc-core counts connections itself: the port's cap as the open file limit lowered it (no per-address cap).
     capped = [("grpc.max_allowed_incoming_connections", gate.limit)] if gate.limit else []
     server = aio.server(options=options.channel_options() + capped)

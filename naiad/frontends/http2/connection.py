@@ -43,6 +43,7 @@ _MASK = f.MAX_WINDOW
 _U32 = f._U32
 _SETTING = f._SETTING
 _CACHED_BLOCKS = 64
+_BIG = 65536  # a DATA payload this large is queued apart from its frame header, not joined to it
 
 
 class _Stream:
@@ -53,7 +54,7 @@ class _Stream:
         self.opened = opened  # the clock when its HEADERS arrived: a reset soon after is the rapid-reset pattern
         self.window = window  # what the peer lets us send on this stream
         self.recv_window = recv_window  # what we let the peer send
-        self.pending: list[bytes] = []  # DATA waiting for window
+        self.pending: list[bytes | memoryview] = []  # DATA waiting for window
         self.ending = False  # END_STREAM follows the pending data
         self.trailers: bytes | None = None  # ... on this header block (else on an empty DATA frame)
         self.remote_closed = False  # the client sent END_STREAM
@@ -67,7 +68,12 @@ class H2Connection:
         self.limits = limits = limits or Limits()
         self.clock = clock
         self._buf = bytearray()
-        self._out: list[bytes] = []
+        self._out: list[bytes | memoryview] = []
+        self._apart = False  # _out holds a big DATA payload apart from its frame header
+        # A big DATA frame whose payload is still arriving: bytes due, its stream (0: dropped) and flags.
+        self._data_left = 0
+        self._data_sid = 0
+        self._data_flags = 0
         self._preface = False
         self._settings_seen = False
         # Until the client acknowledges our SETTINGS it may send on a new stream as much as the default window
@@ -118,7 +124,18 @@ class H2Connection:
         if not out:
             return b""
         self._out = []
-        return out[0] if len(out) == 1 else b"".join(out)
+        self._apart = False
+        return out[0] if len(out) == 1 and type(out[0]) is bytes else b"".join(out)  # type: ignore[return-value]
+
+    def buffers_to_send(self) -> list[bytes | memoryview]:
+        """What ``data_to_send`` returns, but with big DATA payloads as buffers of their own (for a writev), so they
+        are not copied into one; without those, one bytes object."""
+        out, self._out = self._out, []
+        if self._apart:
+            self._apart = False
+        elif len(out) > 1:
+            return [b"".join(out)]
+        return out
 
     def pause_writing(self) -> None:
         """The transport's buffer is full: control frames the peer asks for now count against its limit."""
@@ -134,9 +151,15 @@ class H2Connection:
         events: list[Event] = []
         if self.terminated:
             return events
+        pos = 0
+        if self._data_left:  # the rest of a big DATA frame's payload, handed on as it comes (_data_arriving)
+            pos = self._data_arriving(data, 0, events)
+            if pos == len(data):
+                return events
         buf = self._buf
         if buf or not self._preface:
-            buf += data
+            buf += data[pos:] if pos else data
+            pos = 0
             if not self._preface:
                 if len(buf) < 24:
                     if f.PREFACE[:len(buf)] != buf:
@@ -148,7 +171,7 @@ class H2Connection:
                 del buf[:24]
                 self._preface = True
             data = buf  # type: ignore[assignment]
-        pos, end = 0, len(data)
+        end = len(data)
         max_frame = self.limits.max_frame_size
         while end - pos >= 9:
             hi, lo, kind, flags, sid = _HEAD.unpack_from(data, pos)
@@ -157,6 +180,12 @@ class H2Connection:
                 self._fail(f.FRAME_SIZE_ERROR, events, b"frame larger than SETTINGS_MAX_FRAME_SIZE")
                 break
             if end - pos - 9 < length:
+                if kind == _DATA and length >= _BIG and not flags & f.PADDED and not self._continuing \
+                        and type(data) is bytes:
+                    # A big DATA frame only partly here: its payload goes on as it arrives, not gathered first.
+                    self._data_flags, self._data_left = flags, length
+                    self._data_sid = self._on_data(flags, sid & _MASK, data, pos + 9, pos + 9, events, length)
+                    pos = self._data_arriving(data, pos + 9, events)
                 break
             start = pos + 9
             pos = start + length
@@ -188,22 +217,28 @@ class H2Connection:
             buf += data[pos:]
         return events
 
-    def _on_data(self, flags: int, sid: int, data: bytes, start: int, end: int, events: list[Event]) -> None:
+    def _on_data(self, flags: int, sid: int, data: bytes, start: int, end: int, events: list[Event],
+                 length: int = -1) -> int:
+        """A DATA frame: its payload is ``data[start:end]``; or, with ``length``, only its header has come and the
+        payload of ``length`` bytes follows (``_data_arriving``), the windows counting all of it now. Returns the
+        stream the payload goes to (0: it is dropped)."""
         if not self._settings_seen:
             self._fail(f.PROTOCOL_ERROR, events, b"the connection preface must end with SETTINGS")
-            return
+            return 0
         if sid == 0:
             self._fail(f.PROTOCOL_ERROR, events, b"DATA on stream 0")
-            return
-        length = end - start
+            return 0
+        whole = length < 0
+        if whole:
+            length = end - start
         if flags & f.PADDED and (length == 0 or data[start] >= length):
             self._fail(f.PROTOCOL_ERROR, events, b"padding exceeds the frame")
-            return
+            return 0
         # The connection window counts every DATA byte, padding included, on any stream.
         window = self._recv_window - length
         if window < 0:
             self._fail(f.FLOW_CONTROL_ERROR, events, b"connection receive window exceeded")
-            return
+            return 0
         if window < self._refill_below:
             self._out.append(f.window_update(0, self.limits.receive_window - window))
             window = self.limits.receive_window
@@ -212,26 +247,48 @@ class H2Connection:
         if stream is None:
             if sid > self.last_stream_id:
                 self._fail(f.PROTOCOL_ERROR, events, b"DATA on an idle stream")
-            return  # a stream that is gone: its data is late, not wrong
+            return 0  # a stream that is gone: its data is late, not wrong
         if stream.remote_closed:
             self._stream_error(stream.sid, f.STREAM_CLOSED, events)
-            return
+            return 0
         if flags & f.PADDED:
             end -= data[start]
             start += 1
         window = stream.recv_window - length
         if window < 0:
             self._stream_error(sid, f.FLOW_CONTROL_ERROR, events)
-            return
+            return 0
         if flags & f.END_STREAM:
-            stream.remote_closed = True
-            events.append(DataReceived(sid, data[start:end], True))
-            return
+            stream.recv_window = window
+            if whole:
+                stream.remote_closed = True
+                events.append(DataReceived(sid, data[start:end], True))
+            return sid
         if window < self._refill_below and self._auto_windows:
             self._out.append(f.window_update(sid, self.limits.receive_window - window))
             window = self.limits.receive_window
         stream.recv_window = window
-        events.append(DataReceived(sid, data[start:end], False))
+        if whole:
+            events.append(DataReceived(sid, data[start:end], False))
+        return sid
+
+    def _data_arriving(self, data: bytes, pos: int, events: list[Event]) -> int:
+        """Hand on what ``data`` (from ``pos``) holds of the DATA payload still due; returns where it ends. The
+        payload is a view of ``data`` (bytes: immutable), so it is copied once, by whoever keeps it."""
+        n = min(self._data_left, len(data) - pos)
+        left = self._data_left = self._data_left - n
+        sid = self._data_sid
+        if sid:
+            stream = self.streams.get(sid)
+            if stream is None:  # answered or reset meanwhile: the rest is dropped
+                self._data_sid = 0
+            elif n or not left:
+                end_stream = not left and bool(self._data_flags & f.END_STREAM)
+                if end_stream:
+                    stream.remote_closed = True
+                chunk = memoryview(data)[pos:pos + n] if type(data) is bytes else bytes(data[pos:pos + n])
+                events.append(DataReceived(sid, chunk, end_stream))
+        return pos + n
 
     def _on_headers(self, flags: int, sid: int, payload: bytes, events: list[Event]) -> None:
         if not self._settings_seen:
@@ -563,7 +620,7 @@ class H2Connection:
         else:
             self._header_frames(sid, block, 0, self._out)
 
-    def send_data(self, sid: int, data: bytes, end_stream: bool = False) -> None:
+    def send_data(self, sid: int, data: bytes | memoryview, end_stream: bool = False) -> None:
         stream = self.streams.get(sid)
         if stream is None or stream.ending:
             return
@@ -621,7 +678,7 @@ class H2Connection:
             self.terminated = True
         self._out.append(f.goaway(self.last_stream_id, code, debug))
 
-    def _header_frames(self, sid: int, block: bytes, flags: int, out: list[bytes]) -> None:
+    def _header_frames(self, sid: int, block: bytes, flags: int, out: list[bytes | memoryview]) -> None:
         size = self.max_frame
         if len(block) <= size:
             out.append(f.frame(f.HEADERS, flags | f.END_HEADERS, sid, block))
@@ -631,7 +688,7 @@ class H2Connection:
             last = offset + size >= len(block)
             out.append(f.frame(f.CONTINUATION, f.END_HEADERS if last else 0, sid, block[offset:offset + size]))
 
-    def _end(self, stream: _Stream, out: list[bytes]) -> None:
+    def _end(self, stream: _Stream, out: list[bytes | memoryview]) -> None:
         sid = stream.sid
         if stream.trailers is not None:
             self._header_frames(sid, stream.trailers, f.END_STREAM, out)
@@ -642,7 +699,7 @@ class H2Connection:
         if not stream.remote_closed:
             out.append(f.rst_stream(sid, f.NO_ERROR))  # the answer is complete: the rest of the request is not needed
 
-    def _send(self, stream: _Stream, out: list[bytes]) -> None:
+    def _send(self, stream: _Stream, out: list[bytes | memoryview]) -> None:
         """Queue what the windows allow of the stream's pending data, then its end if it is due."""
         pending = stream.pending
         sid = stream.sid
@@ -652,12 +709,16 @@ class H2Connection:
             if n <= 0:
                 self._blocked[sid] = stream
                 return
+            if n < _BIG:
+                out.append(f.frame(f.DATA, 0, sid, data[:n]))  # type: ignore[arg-type]
+            else:  # the header and the payload apart: a big payload is not copied here
+                out.append(_HEAD.pack(n >> 16, n & 0xFFFF, _DATA, 0, sid))
+                out.append(data if n == len(data) else memoryview(data)[:n])
+                self._apart = True
             if n == len(data):
-                out.append(f.frame(f.DATA, 0, sid, data))
                 del pending[0]
             else:
-                out.append(f.frame(f.DATA, 0, sid, data[:n]))
-                pending[0] = data[n:]
+                pending[0] = memoryview(data)[n:]  # a view: the rest is not copied once per frame
             self.send_window -= n
             stream.window -= n
         if stream.ending:

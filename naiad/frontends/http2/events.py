@@ -23,11 +23,12 @@ class RequestReceived:
 
 
 class DataReceived:
-    """A DATA frame's content (padding removed). Flow control is the core's business: it tops the windows up."""
+    """A DATA frame's content (padding removed), or of a big frame part of it as it arrives (a read-only view:
+    keep a copy). Flow control is the core's business: it tops the windows up."""
 
     __slots__ = ("stream_id", "data", "end_stream")
 
-    def __init__(self, stream_id: int, data: bytes | bytearray, end_stream: bool) -> None:
+    def __init__(self, stream_id: int, data: bytes | bytearray | memoryview, end_stream: bool) -> None:
         self.stream_id = stream_id
         self.data = data
         self.end_stream = end_stream

@@ -35,6 +35,7 @@ class Call:
     def __init__(self, sid: int, streaming: bool = False) -> None:
         self.sid = sid
         self.body: bytes | bytearray | None = None
+        self.later = 0
         self.closed = False
         self.reserved = 0
         self.need = 0

@@ -150,6 +150,26 @@ def test_large_message_both_ways(client: grpcclient.InferenceServerClient) -> No
     np.testing.assert_array_equal(result.as_numpy("OUT_FP32"), data)
 
 
+def test_big_tensors_among_small_ones(grpc_server: RunningServer) -> None:
+    # Big requests and replies (their tensors kept out of protobuf) with small and empty tensors beside them, in
+    # order, several at once on one connection.
+    async def scenario() -> None:
+        async with aioclient.InferenceServerClient(grpc_server.grpc_url) as client:
+            calls = []
+            for i in range(4):
+                big = np.arange(300_000 + i, dtype=np.float32)
+                inputs = {"IN_INT8": np.array([i], dtype=np.int8), "IN_FP32": big,
+                          "IN_INT64": np.arange(70_000, dtype=np.int64), "IN_BYTES": np.array([b"", b"x" * 5], object),
+                          "IN_UINT8": np.zeros(0, dtype=np.uint8)}
+                calls.append((inputs, client.infer("dtypes", infer_inputs(aioclient, **inputs))))
+            for inputs, call in calls:
+                result = await call
+                for name, array in inputs.items():
+                    np.testing.assert_array_equal(result.as_numpy("OUT_" + name[3:]), array)
+
+    asyncio.run(scenario())
+
+
 def test_compressed_request(client: grpcclient.InferenceServerClient) -> None:
     a = np.arange(4, dtype=np.float32)
     for algorithm in ("gzip", "deflate"):

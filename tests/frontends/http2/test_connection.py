@@ -584,3 +584,47 @@ def test_random_frames_never_raise() -> None:
             peer.conn.respond(1, b"\x88", b"x", b"t")
             if peer.conn.terminated:
                 break
+
+
+def test_big_data_frame_is_handed_on_as_it_arrives() -> None:
+    peer = Peer(max_frame_size=1 << 20)
+    peer.send(frame(HEADERS, END_HEADERS, 1, peer.block()))
+    body = bytes(range(256)) * 1024  # 256 KiB in one DATA frame, read in three pieces
+    wire = frame(DATA, END_STREAM, 1, body)
+    pieces = [wire[:5], wire[5:100000], wire[100000:200000], wire[200000:]]
+    got = []
+    for piece in pieces:
+        events = peer.send(bytes(piece))
+        got += [e for e in events if isinstance(e, DataReceived)]
+    assert b"".join(bytes(e.data) for e in got) == body
+    assert [e.end_stream for e in got] == [False] * (len(got) - 1) + [True]
+    assert peer.conn.receive_window(1) == 0  # the client ended the stream
+    # The windows counted the whole frame when its header came: a frame past them is refused at once.
+    peer = Peer(receive_window=100000)
+    peer.send(frame(HEADERS, END_HEADERS, 1, peer.block()))
+    events = peer.send(frame(DATA, 0, 1, b"x" * 100001)[:70000])
+    assert isinstance(events[-1], ConnectionTerminated) and events[-1].error_code == FLOW_CONTROL_ERROR
+
+
+def test_big_data_frame_for_an_answered_stream_is_dropped_and_the_next_frame_read() -> None:
+    peer = Peer(max_frame_size=1 << 20)
+    peer.send(frame(HEADERS, END_HEADERS, 1, peer.block()))
+    wire = frame(DATA, END_STREAM, 1, b"y" * 200000)
+    assert [type(e) for e in peer.send(wire[:70000])] == [DataReceived]
+    peer.conn.respond(1, b"\x88", b"", b"\x88")  # answered before the request ended: the rest is not wanted
+    events = peer.send(wire[70000:] + frame(HEADERS, END_HEADERS | END_STREAM, 3, peer.block()))
+    assert [type(e) for e in events] == [RequestReceived]
+    assert events[0].stream_id == 3
+
+
+def test_big_data_payloads_are_sent_apart_from_their_headers() -> None:
+    peer = Peer()  # the client's SETTINGS: 1 MiB frames (5), 4 MiB stream windows (4)
+    peer.send(settings((5, 1 << 20), (4, 1 << 22)) + frame(WINDOW_UPDATE, 0, 0, struct.pack(">I", 1 << 22)))
+    peer.request(1)
+    payload = memoryview(bytes(range(256)) * 8192)  # 2 MiB: two frames of the peer's 1 MiB
+    peer.conn.send_data(1, payload)
+    buffers = peer.conn.buffers_to_send()
+    assert [len(b) for b in buffers] == [9, 1 << 20, 9, 1 << 20]
+    assert all(type(b) is memoryview for b in buffers[1::2])  # views of the payload, not copies
+    assert [len(p) for k, _, _, p in frames_of(b"".join(buffers)) if k == DATA] == [1 << 20, 1 << 20]
+    assert b"".join(buffers[1::2]) == payload

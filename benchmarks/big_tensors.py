@@ -1,0 +1,285 @@
+"""naiad against real Triton 2.51 through NVIDIA's perf_analyzer: big FP32 tensors (an identity Python model, the
+same bytes back), add_sub at one and many connections, over gRPC and HTTP; the ratios issue 32 asks for.
+
+    flock /tmp/naiad-bench.lock python benchmarks/big_tensors.py                 # the whole side-by-side
+    python benchmarks/big_tensors.py --cases grpc:identity:1MiB:4 --rounds 3     # one case
+    python benchmarks/big_tensors.py --base /tmp/base32 --servers naiad,base     # before / after a change
+
+Each case is ``protocol:model:size:concurrency`` (size only counts for ``identity``: the FP32 request and reply
+each carry that many bytes). Servers: ``naiad`` (this tree, the lean gRPC engine), ``grpcio`` (this tree,
+``--grpc-engine=grpcio``), ``base`` (the tree ``--base`` names, as it starts by default) and ``triton``. Every
+server runs pinned to ``--server-cpu`` (its Python workers and Triton's stub inherit it), perf_analyzer to
+``--load-cpu``. Rounds alternate the servers (a fresh server per round and case), and the table gives per server and
+case the medians over rounds of throughput, p50 and p99 latency (perf_analyzer's), and the server's CPU per
+request (its process and children, from /proc), each server's ratio to Triton, and ``spread``: how far apart a
+server's rounds were ((max - min) / median of its throughput), the run's noise.
+
+Needs taskset and ``../shared/peers/perf_analyzer.sh install`` / ``triton.sh``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import os
+import signal
+import socket
+import statistics
+import subprocess
+import sys
+import tempfile
+import textwrap
+import time
+import urllib.request
+from pathlib import Path
+
+BENCH_DIR = Path(__file__).resolve().parent
+TREE = BENCH_DIR.parent
+PEERS = Path(os.environ.get("NAIAD_PEERS_SCRIPTS", "/work/shared/peers"))
+sys.path.insert(0, str(BENCH_DIR))
+
+from http_add_sub import server_env  # noqa: E402 - the benchmark folder is not a package
+
+IDENTITY_CONFIG = """
+name: "identity_fp32"
+backend: "python"
+max_batch_size: 0
+input [{ name: "INPUT0", data_type: TYPE_FP32, dims: [ -1 ] }]
+output [{ name: "OUTPUT0", data_type: TYPE_FP32, dims: [ -1 ] }]
+instance_group [{ kind: KIND_CPU, count: 1 }]
+"""
+IDENTITY_MODEL = """
+import triton_python_backend_utils as pb_utils
+
+
+class TritonPythonModel:
+    def execute(self, requests):
+        return [pb_utils.InferenceResponse([pb_utils.Tensor("OUTPUT0", pb_utils.get_input_tensor_by_name(
+            request, "INPUT0").as_numpy())]) for request in requests]
+"""
+# Decoupled: 64 one-token responses per request, each its own message on the gRPC stream.
+STREAM_CONFIG = """
+name: "stream64"
+backend: "python"
+max_batch_size: 0
+model_transaction_policy { decoupled: true }
+input [{ name: "IN", data_type: TYPE_INT32, dims: [ 1 ] }]
+output [{ name: "OUT", data_type: TYPE_INT32, dims: [ 1 ] }]
+instance_group [{ kind: KIND_CPU, count: 1 }]
+"""
+STREAM_MODEL = """
+import numpy as np
+import triton_python_backend_utils as pb_utils
+
+
+class TritonPythonModel:
+    def execute(self, requests):
+        for request in requests:
+            sender = request.get_response_sender()
+            for i in range(64):
+                sender.send(pb_utils.InferenceResponse([pb_utils.Tensor("OUT", np.array([i], np.int32))]))
+            sender.send(flags=pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL)
+        return None
+"""
+DEFAULT_CASES = (
+    # item 1: big tensors over gRPC (and HTTP alongside)
+    "grpc:identity:256KiB:1", "grpc:identity:1MiB:1", "grpc:identity:1MiB:4", "grpc:identity:4MiB:4",
+    "grpc:identity:16MiB:1", "grpc:identity:1MiB:16", "http:identity:1MiB:4", "http:identity:16MiB:1",
+    # item 2: one connection
+    "grpc:add_sub:-:1", "http:add_sub:-:1",
+    # item 3 and 5: many connections
+    "http:add_sub:-:8", "http:add_sub:-:64", "grpc:add_sub:-:64",
+    # item 5: streaming
+    "grpc:stream64:-:1", "grpc:stream64:-:8",
+)
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def size_bytes(text: str) -> int:
+    for unit, scale in (("KiB", 1024), ("MiB", 1024 * 1024)):
+        if text.endswith(unit):
+            return int(float(text[:-len(unit)]) * scale)
+    return int(text)
+
+
+def repository(into: Path) -> Path:
+    model = into / "identity_fp32"
+    (model / "1").mkdir(parents=True)
+    (model / "config.pbtxt").write_text(textwrap.dedent(IDENTITY_CONFIG))
+    (model / "1" / "model.py").write_text(textwrap.dedent(IDENTITY_MODEL))
+    stream = into / "stream64"
+    (stream / "1").mkdir(parents=True)
+    (stream / "config.pbtxt").write_text(textwrap.dedent(STREAM_CONFIG))
+    (stream / "1" / "model.py").write_text(textwrap.dedent(STREAM_MODEL))
+    add_sub = TREE / "examples" / "model_repository" / "add_sub"
+    (into / "add_sub").symlink_to(add_sub)
+    return into
+
+
+def cpu_seconds(pid: int) -> float:
+    """User + system time of ``pid`` and its live descendants (Python workers, Triton's stubs), from /proc."""
+    ticks = os.sysconf("SC_CLK_TCK")
+    total, todo = 0.0, [pid]
+    while todo:
+        p = todo.pop()
+        try:
+            fields = Path(f"/proc/{p}/stat").read_text().rsplit(")", 1)[1].split()
+            total += (int(fields[11]) + int(fields[12])) / ticks
+            for task in Path(f"/proc/{p}/task").iterdir():
+                todo += [int(c) for c in (task / "children").read_text().split()]
+        except OSError:
+            continue
+    return total
+
+
+class Server:
+    def __init__(self, kind: str, repo: Path, base: Path | None, cpu: str, log: Path) -> None:
+        self.http, self.grpc, metrics = free_port(), free_port(), free_port()
+        if kind == "triton":
+            argv = [str(PEERS / "triton.sh"), "run", str(repo), str(self.http), str(self.grpc), str(metrics)]
+            cwd, env = None, server_env({})
+        else:
+            tree = base if kind == "base" else TREE
+            assert tree is not None, "--base is needed for the base server"
+            argv = [sys.executable, "-m", "naiad", "serve", "--model-repository", str(repo),
+                    "--http-port", str(self.http), "--grpc-port", str(self.grpc), "--metrics-port", str(metrics)]
+            if kind == "grpcio":
+                argv.append("--grpc-engine=grpcio")
+            cwd, env = tree, {**os.environ, "PYTHONPATH": str(tree)}
+        self.proc = subprocess.Popen(["taskset", "-c", cpu, *argv], cwd=cwd, env=env, stdout=open(log, "wb"),
+                                     stderr=subprocess.STDOUT, start_new_session=True)
+        deadline = time.monotonic() + 180
+        while True:
+            try:
+                with urllib.request.urlopen(f"http://127.0.0.1:{self.http}/v2/health/ready", timeout=1) as r:
+                    if r.status == 200:
+                        break
+            except OSError:
+                pass
+            if time.monotonic() > deadline or self.proc.poll() is not None:
+                self.stop()
+                raise RuntimeError(f"{kind} did not become ready:\n{log.read_text()[-9000:]}")
+            time.sleep(0.2)
+        for model in ("identity_fp32", "add_sub", "stream64"):  # Triton loads models after it says ready on some paths
+            while True:
+                try:
+                    with urllib.request.urlopen(f"http://127.0.0.1:{self.http}/v2/models/{model}/ready",
+                                                timeout=1) as r:
+                        if r.status == 200:
+                            break
+                except OSError:
+                    pass
+                if time.monotonic() > deadline:
+                    self.stop()
+                    raise RuntimeError(f"{kind}: {model} not ready: see {log}")
+                time.sleep(0.2)
+
+    def stop(self) -> None:
+        for sig in (signal.SIGTERM, signal.SIGKILL):
+            try:
+                os.killpg(self.proc.pid, sig)
+            except ProcessLookupError:
+                return
+            try:
+                self.proc.wait(20)
+                return
+            except subprocess.TimeoutExpired:
+                continue
+
+
+def perf_analyzer() -> str:
+    return subprocess.run([str(PEERS / "perf_analyzer.sh"), "path"], capture_output=True, text=True,
+                          check=True).stdout.strip()
+
+
+def run_case(pa: str, server: Server, case: str, args: argparse.Namespace, scratch: Path) -> dict[str, float]:
+    protocol, model, size, concurrency = case.split(":")
+    port = server.grpc if protocol == "grpc" else server.http
+    report = scratch / "pa.csv"
+    name = {"identity": "identity_fp32"}.get(model, model)
+    argv = ["taskset", "-c", args.load_cpu, pa, "-m", name,
+            "-i", protocol, "-u", f"127.0.0.1:{port}", "--concurrency-range", concurrency,
+            "--measurement-mode", "time_windows", "--measurement-interval", str(args.window_ms),
+            "--stability-percentage", "10000", "--max-trials", "3", "-f", str(report)]
+    if model == "identity":
+        argv += ["--shape", f"INPUT0:{size_bytes(size) // 4}"]
+    if model == "stream64":
+        argv.append("--streaming")  # infer/s counts requests, each answered by 64 responses
+    pid = server.proc.pid
+    before, start = cpu_seconds(pid), time.monotonic()
+    out = subprocess.run(argv, capture_output=True, text=True, timeout=600)
+    wall, cpu = time.monotonic() - start, cpu_seconds(pid) - before
+    if out.returncode != 0 or not report.exists():
+        raise RuntimeError(f"perf_analyzer failed on {case}:\n{out.stdout[-2000:]}\n{out.stderr[-2000:]}")
+    with open(report) as fh:
+        row = next(csv.DictReader(fh))
+    report.unlink()
+    rate = float(row["Inferences/Second"])
+    # perf_analyzer's requests over the whole run (trials and their warm-up) are not reported, so CPU per request
+    # is the CPU over the run divided by the run's requests at the measured rate.
+    return {"rps": rate, "p50": float(row["p50 latency"]) / 1000, "p99": float(row["p99 latency"]) / 1000,
+            "cpu_us": cpu / max(rate * wall, 1) * 1e6}
+
+
+def main() -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--cases", default=",".join(DEFAULT_CASES), help="protocol:model:size:concurrency, comma-separated")
+    p.add_argument("--servers", default="naiad,grpcio,triton", help="naiad, grpcio, base, triton")
+    p.add_argument("--base", type=Path, help="a naiad checkout for the 'base' server (e.g. git worktree add ...)")
+    p.add_argument("--rounds", type=int, default=3)
+    p.add_argument("--window-ms", type=int, default=2000, help="perf_analyzer's measurement window")
+    p.add_argument("--server-cpu", default="1")
+    p.add_argument("--load-cpu", default="0")
+    args = p.parse_args()
+    servers = args.servers.split(",")
+    cases = args.cases.split(",")
+    pa = perf_analyzer()
+    results: dict[tuple[str, str], list[dict[str, float]]] = {}
+    with tempfile.TemporaryDirectory(prefix="big_tensors.") as tmp:
+        scratch = Path(tmp)
+        repo = repository(scratch / "repo")
+        for rnd in range(args.rounds):
+            # Alternate the order each round, so neither side always runs just after the other.
+            for kind in (servers if rnd % 2 == 0 else servers[::-1]):
+                server = Server(kind, repo, args.base, args.server_cpu, scratch / f"{kind}.log")
+                try:
+                    for case in cases:
+                        if kind == "grpcio" and not case.startswith("grpc:"):
+                            continue  # the engine changes gRPC only
+                        try:
+                            r = run_case(pa, server, case, args, scratch)
+                        except (RuntimeError, subprocess.TimeoutExpired) as exc:
+                            print(f"round {rnd + 1} {kind} {case}: {exc}", file=sys.stderr)
+                            continue
+                        results.setdefault((kind, case), []).append(r)
+                        print(f"round {rnd + 1} {kind:7s} {case:24s} {r['rps']:9.1f}/s p50 {r['p50']:7.2f} ms "
+                              f"p99 {r['p99']:7.2f} ms cpu {r['cpu_us']:8.0f} us/req", file=sys.stderr, flush=True)
+                finally:
+                    server.stop()
+    print(f"\n{'case':24s} {'server':7s} {'infer/s':>9s} {'p50 ms':>8s} {'p99 ms':>8s} {'cpu us':>8s} "
+          f"{'MiB/s':>8s} {'spread':>7s} {'vs triton':>9s}")
+    for case in cases:
+        triton = results.get(("triton", case))
+        reference = statistics.median(r["rps"] for r in triton) if triton else None
+        protocol, model, size, _ = case.split(":")
+        for kind in servers:
+            rows = results.get((kind, case))
+            if not rows:
+                continue
+            med = {key: statistics.median(r[key] for r in rows) for key in rows[0]}
+            rates = [r["rps"] for r in rows]
+            spread = (max(rates) - min(rates)) / med["rps"] if med["rps"] else 0.0
+            mib = med["rps"] * size_bytes(size) / 2**20 if model == "identity" else 0.0
+            ratio = f"{med['rps'] / reference:.2f}x" if reference else "-"
+            print(f"{case:24s} {kind:7s} {med['rps']:9.1f} {med['p50']:8.2f} {med['p99']:8.2f} "
+                  f"{med['cpu_us']:8.0f} {mib:8.0f} {spread:6.0%} {ratio:>9s}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
