@@ -219,3 +219,12 @@ def test_a_broken_command_fails(tmp_path: Path) -> None:
             run(failing, server, tmp_path)
     finally:
         server.stop()
+
+
+def test_the_site_builds_strictly(tmp_path: Path) -> None:
+    """What .ci/run does after the docs extra: every page in the nav, every link and anchor found, no warning."""
+    pytest.importorskip("mkdocs", reason="the docs extra (pip install -e '.[docs]') is not installed")
+    done = subprocess.run([sys.executable, "-m", "mkdocs", "build", "--strict", "--site-dir", str(tmp_path / "site")],
+                          cwd=ROOT, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr
+    assert (tmp_path / "site" / "sagemaker" / "index.html").exists()
