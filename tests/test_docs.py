@@ -228,3 +228,20 @@ def test_the_site_builds_strictly(tmp_path: Path) -> None:
                           cwd=ROOT, capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stderr
     assert (tmp_path / "site" / "sagemaker" / "index.html").exists()
+
+
+def test_the_readme_links_lead_somewhere() -> None:
+    """mkdocs checks the site's links; the README is outside it, so its own are checked here: files exist, and
+    each #anchor is one of its headings (as GitHub makes them)."""
+    text = (ROOT / "README.md").read_text()
+    headings = {re.sub(r"[^a-z0-9 -]", "", line.lstrip("#").strip().lower()).replace(" ", "-")
+                for line in text.splitlines() if line.startswith("#")}
+    targets = re.findall(r"\]\(([^)\s]+)\)", text)
+    assert len(targets) > 10
+    for target in targets:
+        if target.startswith(("http://", "https://")):
+            continue
+        if target.startswith("#"):
+            assert target[1:] in headings, f"README links to {target}, which is none of its headings"
+        else:
+            assert (ROOT / target.split("#")[0]).exists(), f"README links to {target}, which doesn't exist"
