@@ -3,7 +3,7 @@
 
 Each server is started alone, pinned to one CPU core, checked for readiness and for a correct answer,
 warmed up, then loaded with wrk (pinned to another core) at each connection level. The servers never run
-at the same time, so they never compete for the core. See benchmarks/README.md.
+at the same time, so they never compete for the core. See docs/benchmarks/http.md.
 
 Stdlib only; external tools: wrk, taskset, /work/shared/peers/{triton,mlserver}.sh.
 """

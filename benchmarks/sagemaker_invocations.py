@@ -14,7 +14,7 @@ alone, pinned to one core, and loaded with wrk from the other core on these rout
 
 The HTTP port is only opened when the v2 route is measured (``--allow-http=false`` otherwise, as SageMaker runs
 Triton). Method, pinning, wrk's JSON summary and the CPU accounting are those of http_add_sub.py, whose helpers
-this script imports. See benchmarks/README.md.
+this script imports. See docs/benchmarks/sagemaker-invocations.md.
 
 Stdlib only; external tools: wrk, taskset, /work/shared/peers/triton.sh; py-spy for --profile-dir.
 """

@@ -34,7 +34,7 @@ at the archive's top level. Archives are built once into ``--work-dir`` and reus
     python benchmarks/sagemaker_mme.py --simulate                     # the policies offline: Zipf 0.8/1.1/1.4, shift
     python benchmarks/sagemaker_mme.py --traces zipf1.1,shift1.1 --policies gdsf,lru --skip-all-loaded  # live
 
-Needs boto3, moto (server mode), numpy, psutil and taskset. See benchmarks/README.md.
+Needs boto3, moto (server mode), numpy, psutil and taskset. See docs/benchmarks/sagemaker-mme.md.
 """
 
 from __future__ import annotations

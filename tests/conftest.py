@@ -48,7 +48,7 @@ def pytest_configure(config: pytest.Config) -> None:
 
 
 # With NAIAD_TEST_FRONTEND_PROCESSES > 1 (every live server with front-end processes): what is not the same yet
-# (README, "Front-end processes"), or what a test reads of the server's process tree, which front ends join.
+# (docs/frontends.md, "Failures and shutdown"), or what a test reads of the server's process tree, which front ends join.
 NOT_WITH_FRONTEND_PROCESSES = {
     "tests/reliability/test_load_cycles.py": "counts the server's child processes",
     "tests/reliability/test_load_pool.py": "counts the server's child processes",

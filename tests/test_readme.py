@@ -1,5 +1,6 @@
-"""The README against the server it describes: the defaults it states for `naiad serve`'s flags are the ones
-`naiad serve --help` prints, and the test extra it lists is pyproject's."""
+"""The README and docs/ against the server they describe: the defaults they state for `naiad serve`'s flags are
+the ones `naiad serve --help` prints, and the test extra the README lists is pyproject's. (tests/test_docs.py runs
+their commands.)"""
 
 from __future__ import annotations
 
@@ -14,6 +15,7 @@ import pytest
 from tests.server import ROOT
 
 README = ROOT / "README.md"
+PAGES = [README, *sorted((ROOT / "docs").rglob("*.md"))]
 UNITS = {"": 1, "s": 1, "ms": 1e-3, "bytes": 1, "b": 1, "k": 1 << 10, "kib": 1 << 10, "kb": 1 << 10, "m": 1 << 20,
          "mib": 1 << 20, "mb": 1 << 20, "g": 1 << 30, "gib": 1 << 30, "gb": 1 << 30, "t": 1 << 40, "tib": 1 << 40}
 # A backquoted flag, then its default: "`--flag` 75 s", "`--flag` (256)", "`--flag`, 10000,", "`--flag` (naiad
@@ -43,8 +45,8 @@ def help_defaults() -> dict[str, str]:
 
 
 def readme_prose() -> str:
-    """The README without its code blocks (commands there set values, they don't state defaults)."""
-    return re.sub(r"```.*?```", "", README.read_text(), flags=re.DOTALL)
+    """The README and the docs without their code blocks (commands there set values, they don't state defaults)."""
+    return "\n".join(re.sub(r"```.*?```", "", page.read_text(), flags=re.DOTALL) for page in PAGES)
 
 
 def number(value: str, unit: str | None = None) -> float | bool | None:
@@ -79,7 +81,7 @@ def test_the_defaults_the_readme_states_are_the_servers() -> None:
         if stated != printed:
             wrong.append(f"{match.group(0)!r}: --help says {defaults[flag]}")
     assert not wrong, "\n".join(wrong)
-    # The README states a few dozen defaults; far fewer found means the pattern no longer reads it.
+    # The pages state a few dozen defaults; far fewer found means the pattern no longer reads them.
     assert len(set(checked)) >= 25, sorted(set(checked))
     for flag in ("--http-keepalive-timeout", "--http-max-input-size", "--exit-on-error", "--grpc-max-connections"):
         assert flag in checked
@@ -89,7 +91,7 @@ def test_what_get_v2_names_the_server() -> None:
     prose = readme_prose()
     named = re.findall(r"names the server in `GET /v2` \(`([^`]+)`", prose)
     named += re.findall(r"`GET /v2` names the server `([^`]+)`", prose)
-    assert named, "the README no longer says what GET /v2 names the server"
+    assert named, "neither the README nor docs/ says what GET /v2 names the server any more"
     assert set(named) == {help_defaults()["--id"]}
 
 
@@ -105,7 +107,9 @@ def test_the_test_extra_is_the_one_listed() -> None:
 
 def test_the_readme_examples_make_the_folders_they_serve() -> None:
     """A command that serves /tmp/<folder> creates it first: `naiad serve` refuses a repository that doesn't exist."""
-    for block in re.findall(r"```bash\n(.*?)```", README.read_text(), flags=re.DOTALL):
+    blocks = [block for page in PAGES for block in re.findall(r"```bash\n(.*?)```", page.read_text(), flags=re.DOTALL)]
+    assert any("--model-repository /tmp/" in block for block in blocks)  # (the check still finds what it checks)
+    for block in blocks:
         command = block.replace("\\\n", " ")
         for folder in re.findall(r"--model-repository (/tmp/\S+)", command):
             assert re.search(rf"mkdir -p [^\n]*{re.escape(folder)}(\s|$)", command), command

@@ -40,7 +40,7 @@ def ratios(s: float, shift: bool, requests: int = REQUESTS) -> list[tuple[float,
 
 
 # (s, shifted, the least mean hits / Belady's over the seeds): 2,000 requests give 0.913, 0.959 and 0.902
-# (benchmarks/README.md); the bounds leave ~0.005 for other seeds.
+# (docs/benchmarks/sagemaker-mme.md); the bounds leave ~0.005 for other seeds.
 @pytest.mark.parametrize(("s", "shift", "least"), [(1.1, False, 0.905), (1.4, False, 0.95), (1.1, True, 0.895)])
 def test_gdsf_reaches_nine_tenths_of_belady(s: float, shift: bool, least: float) -> None:
     results = ratios(s, shift)
