@@ -42,6 +42,15 @@ SLOW = ("tests/ray/", "tests/recommend/test_recommend_live.py", "tests/reliabili
         "tests/reliability/test_load_cycles.py", "tests/frontends/dashboard/test_browser.py")
 
 
+def pytest_runtest_logstart(nodeid: str, location: tuple) -> None:
+    """Where NAIAD_TEST_PROGRESS names a file, it holds the test now running: a run that ends without pytest's
+    summary (a library's hard exit in this process) still says where (.ci/run prints it)."""
+    path = os.environ.get("NAIAD_TEST_PROGRESS")
+    if path:
+        with open(path, "w") as f:
+            f.write(nodeid + "\n")
+
+
 def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line("markers", "slow: one of the heaviest tests (tests/conftest.py's SLOW); -m 'not slow' "
                                        "leaves them out")

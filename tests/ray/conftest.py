@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import threading
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -49,7 +50,28 @@ def cluster() -> Iterator[Cluster]:
         yield Cluster(context.address_info["gcs_address"], port, metrics_port, grpc_port)
     finally:
         serve.shutdown()
+        _stop_handle_loop()
         ray.shutdown()
+
+
+def _stop_handle_loop() -> None:
+    """A DeploymentHandle called from this process (the driver) starts Serve's router loop on a daemon thread, which
+    records its loop-latency metric through Ray's core worker every few seconds, forever. Once ray.shutdown() has
+    freed the core worker, that call ends the process with exit code 1 (Ray's QuickExit: "The core worker has
+    already been shutdown"), so the whole pytest run stopped after this directory without a summary, now and then.
+    The loop is stopped, and its thread waited for, before Ray is shut down."""
+    try:
+        from ray.serve._private.router import SingletonThreadRouter
+    except ImportError:  # another Ray's layout: nothing to stop that we know of
+        return
+    loop = getattr(SingletonThreadRouter, "_asyncio_loop", None)
+    if loop is None or loop.is_closed():
+        return
+    threads = [t for t in threading.enumerate()
+               if getattr(getattr(t, "_target", None), "__name__", "") == "_run_router_event_loop"]
+    loop.call_soon_threadsafe(loop.stop)
+    for thread in threads:
+        thread.join(10)
 
 
 def running_replicas(deployment: str, app: str = APP) -> int:
