@@ -24,7 +24,7 @@ from naiad.core.model_view import ModelView
 from naiad.core.request import InferRequest, InferResponse
 from naiad.repository.consent import CodeConsent
 from naiad.service import wire
-from naiad.service.endpoint import ChannelEnd
+from naiad.service.endpoint import BEAT_SECONDS, ChannelEnd
 from naiad.service.face import Service
 from naiad.service.precheck import Undo, undo
 
@@ -35,7 +35,6 @@ _INFER, _STREAM, _CANCEL, _CALL, _READY = (wire.INFER, wire.STREAM, wire.CANCEL,
                                            wire.CALL, wire.READY)
 _RESULT, _REPLY, _USED, _STATS, _ENSURED = wire.RESULT, wire.REPLY, wire.USED, wire.STATS, wire.ENSURED
 _TOUCH, _BEAT, _LOST = wire.TOUCH, wire.BEAT, wire.LOST
-BEAT_SECONDS = 0.25  # how often the host says it is there (a front end waits a few before it says "not ready")
 USES_SECONDS = 2.0  # how long an unregister waits for each front end to say which regions its requests hold
 
 
@@ -165,9 +164,11 @@ class Link(ChannelEnd):
         self.versions: dict[int, Any] = {}
         self._next_version = 0
         self.pulse: Pulse | None = None
+        self.heard = 0.0  # when the front end was last heard from (loop time): it beats every BEAT_SECONDS
 
     def attach(self, loop: asyncio.AbstractEventLoop) -> None:
         super().attach(loop)
+        self.heard = loop.time()
         self.pulse = Pulse.of(self.service, loop)
         self.pulse.add(self)
 
@@ -175,12 +176,14 @@ class Link(ChannelEnd):
         self.lost()
 
     def lost(self) -> None:
-        """The front end is gone: what it had in flight here is cancelled, as a client that went away."""
+        """The front end is gone: what it had in flight here is cancelled, as a client that went away; its calls
+        (numbered below zero) run to their end, as one process's do when their client goes: a load finishes."""
         if self.closed:
             return
         self.close()
-        for future in list(self.requests.values()):
-            future.cancel()
+        for id_, future in list(self.requests.items()):
+            if id_ > 0:
+                future.cancel()
         self.requests.clear()
         for future in self._uses.values():
             if not future.done():
@@ -204,6 +207,7 @@ class Link(ChannelEnd):
     # --- what comes from the front end --------------------------------------------------------------------------
 
     def _on_readable(self) -> None:
+        self.heard = self.loop.time()  # type: ignore[union-attr]
         while True:
             try:
                 messages = self._receive()
