@@ -36,6 +36,7 @@ _INFER, _STREAM, _CANCEL, _CALL, _READY = (wire.INFER, wire.STREAM, wire.CANCEL,
 _RESULT, _REPLY, _USED, _STATS, _ENSURED = wire.RESULT, wire.REPLY, wire.USED, wire.STATS, wire.ENSURED
 _TOUCH, _BEAT, _LOST = wire.TOUCH, wire.BEAT, wire.LOST
 USES_SECONDS = 2.0  # how long an unregister waits for each front end to say which regions its requests hold
+SILENT_SECONDS = 4 * BEAT_SECONDS  # a front end heard from by nothing for this long is not waited for
 
 
 def state_of(service: Service) -> tuple:
@@ -515,9 +516,12 @@ class Link(ChannelEnd):
 
 
 async def _held(link: Link, names: list[str] | None) -> list[str]:
-    """Which of ``names`` a request in ``link``'s front end holds; none, from one that doesn't say in time (a
-    stopped process: its copies of the regions close when it reads the unregister, and a request there holding
-    one keeps its own descriptor until it ends)."""
+    """Which of ``names`` a request in ``link``'s front end holds; none, from one that doesn't say in time or has
+    been silent for ``SILENT_SECONDS`` (a stopped process: its copies of the regions close when it reads the
+    unregister, and a request there holding one keeps its own descriptor until it ends)."""
+    assert link.loop is not None
+    if link.loop.time() - link.heard > SILENT_SECONDS:
+        return []  # stopped already (it beats every BEAT_SECONDS): not asked, as one that doesn't say in time
     try:
         return await asyncio.wait_for(link.uses(names), USES_SECONDS)
     except asyncio.TimeoutError:
