@@ -45,6 +45,7 @@ WATCH_SECONDS = 0.2  # how often the host looks at its front ends (exits) and th
 # A front end heard from by nothing for this long (it beats every 0.25 s) is stopped or stuck: killed and restarted.
 # Long enough for a front end's loop held by one large request's decoding or encoding.
 STOPPED_SECONDS = 4.0
+START_SECONDS = 60.0  # ... or, before it says it listens, for this long
 
 
 class Host(Server):
@@ -104,6 +105,7 @@ class Host(Server):
             if proc.poll() is not None:
                 link.close()
                 raise SystemExit(f"error: front-end process {index} failed to start (exit code {proc.returncode})")
+            self._judge(index, proc, loop.time(), False)  # (one stopped while it starts would be waited for forever)
             try:
                 await asyncio.wait_for(link.ready.wait(), WATCH_SECONDS)
             except asyncio.TimeoutError:
@@ -187,17 +189,18 @@ class Host(Server):
     def _judge(self, index: int, proc: subprocess.Popen, now: float, held: bool) -> None:
         """A running front end that has said nothing for ``STOPPED_SECONDS`` (it beats every ``BEAT_SECONDS``) is
         stopped or stuck: it serves nobody, and a stopped one's share of gRPC's connections (SO_REUSEPORT) waits for
-        it. Killed, it is started again like any that exits."""
+        it. Killed, it is started again like any that exits. One starting has ``START_SECONDS`` (its imports, and
+        its ports' opening, may hold its loop for seconds on a busy host)."""
         link = self.links[index]
-        if link is None or link.closed or not link.ready.is_set():
-            return  # (starting: it beats from the start, but its imports may hold it first)
+        if link is None or link.closed:
+            return
         if held:
             link.heard = now
             return
         silent = now - link.heard
-        if silent > STOPPED_SECONDS:
-            log.warning("front-end process %d (pid %d) has not been heard from for %.1f s (stopped or stuck); "
-                        "killing it", index, proc.pid, silent)
+        if silent > (STOPPED_SECONDS if link.ready.is_set() else START_SECONDS):
+            log.warning("front-end process %d (pid %d) has not been heard from for %.1f s (stopped or stuck%s); "
+                        "killing it", index, proc.pid, silent, "" if link.ready.is_set() else ", starting")
             proc.kill()
 
     async def _restart(self, index: int) -> None:
