@@ -19,7 +19,7 @@ import weakref
 from typing import Any, Callable
 
 from naiad.core.answer import Answer
-from naiad.core.errors import InferError, internal
+from naiad.core.errors import Code, InferError, internal
 from naiad.core.model_view import ModelView
 from naiad.core.request import InferRequest, InferResponse
 from naiad.repository.consent import CodeConsent
@@ -35,6 +35,7 @@ _INFER, _STREAM, _CANCEL, _CALL, _READY = (wire.INFER, wire.STREAM, wire.CANCEL,
                                            wire.CALL, wire.READY)
 _RESULT, _REPLY, _USED, _STATS, _ENSURED = wire.RESULT, wire.REPLY, wire.USED, wire.STATS, wire.ENSURED
 _TOUCH, _BEAT, _LOST = wire.TOUCH, wire.BEAT, wire.LOST
+_FAULTS = (Code.INTERNAL, Code.UNAVAILABLE, Code.UNKNOWN)  # failures that may have changed a model's readiness
 USES_SECONDS = 2.0  # how long an unregister waits for each front end to say which regions its requests hold
 SILENT_SECONDS = 4 * BEAT_SECONDS  # a front end heard from by nothing for this long is not waited for
 
@@ -98,6 +99,18 @@ class Pulse:
         self.state = state
         for link in list(self.links):
             link.send(message)
+
+    def refresh(self) -> None:
+        """Where the state changed since it was last sent (a request failed because its model's worker died: the
+        model is not ready), every front end hears it now, before the answer that follows: a client told of the
+        failure finds the model not ready through any of them, as through one process."""
+        state = state_of(self.service)
+        if state == self.state:
+            return
+        self.state = state
+        for link in list(self.links):
+            link.send(state)
+            link._flush()
 
     def push(self, link: Link) -> None:
         """The state to ``link`` now (flushed: it precedes whatever answer follows on another link)."""
@@ -367,6 +380,8 @@ class Link(ChannelEnd):
 
     def _result(self, id_: int, response: InferResponse) -> None:
         error = response.error
+        if error is not None and error.code in _FAULTS and self.pulse is not None:
+            self.pulse.refresh()
         self.send((_RESULT, id_, response.model_name, response.model_version, response.id,
                    self.records(response.outputs) if response.outputs else [], response.parameters,
                    None if error is None else (type(error).__name__, error.code.name, error.message),
