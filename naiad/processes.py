@@ -6,7 +6,9 @@ from the listening sockets they inherit; grpcio's front ends bind the gRPC port 
 host holding it with a guard (naiad/frontends/ports.py).
 
 Faults: a front end that dies (kill -9) loses its own connections; what it had in flight at the host is
-cancelled and it is started again. A host that dies takes the front ends with it (their channel closes; the first
+cancelled (its calls, a load, run on) and it is started again; front ends that die together start together. A front
+end beats every ``BEAT_SECONDS``: one heard from by nothing for ``STOPPED_SECONDS`` (stopped, its loop stuck) is
+killed and started again. A host that dies takes the front ends with it (their channel closes; the first
 says so). SIGTERM drains every process: the front ends stop accepting and finish what they have in flight while
 the host still serves, then the host drains and finalizes as one process would.
 
