@@ -155,7 +155,7 @@ def test_front_ends_killed_together_start_again_together() -> None:
         # Started in one round of the host's watch, not each after the last one's start (about a second or more
         # here: the imports).
         created = sorted(p.create_time() for p in fresh)
-        print(f"3 front ends killed: all back and ready in {took:.2f} s; started "
+        print(f"3 front ends killed: all back and listening in {took:.2f} s; started "
               f"{created[-1] - created[0]:.2f} s apart")
         assert created[-1] - created[0] < 0.5, created
         assert server.request("POST", "/v2/models/add_sub/infer", json.dumps(ADD_SUB))[0] == 200
