@@ -199,20 +199,10 @@ def _compatibility_flags(serve: argparse.ArgumentParser) -> None:
     add_flag(group, "--model-namespacing", False, "one model per name across repositories")
 
 
-_LIBRARY_LOGGERS = ("hpack", "h2", "grpc", "asyncio", "botocore", "boto3", "s3transfer", "urllib3", "filelock",
-                    "PIL", "matplotlib", "onnx", "torch")
-
-
 def _configure_logging(args: argparse.Namespace) -> LogSettings:
     settings = LogSettings()
     settings.configure(args.log_info, args.log_warning, args.log_error, args.log_verbose, args.log_format,
                        args.log_file)
-    # --log-verbose is about naiad's own lines: libraries' debug output (HPACK tables, botocore's wire log,
-    # asyncio) appears only from level 2 up.
-    if args.log_verbose < 2:
-        level = settings.logger.level
-        for name in _LIBRARY_LOGGERS:
-            logging.getLogger(name).setLevel(max(level, logging.INFO))
     return settings
 
 

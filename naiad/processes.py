@@ -6,7 +6,9 @@ from the listening sockets they inherit; grpcio's front ends bind the gRPC port 
 host holding it with a guard (naiad/frontends/ports.py).
 
 Faults: a front end that dies (kill -9) loses its own connections; what it had in flight at the host is
-cancelled and it is started again. A host that dies takes the front ends with it (their channel closes; the first
+cancelled (its calls, a load, run on) and it is started again; front ends that die together start together. A front
+end beats every ``BEAT_SECONDS``: one heard from by nothing for ``STOPPED_SECONDS`` (stopped, its loop stuck) is
+killed and started again. A host that dies takes the front ends with it (their channel closes; the first
 says so). SIGTERM drains every process: the front ends stop accepting and finish what they have in flight while
 the host still serves, then the host drains and finalizes as one process would.
 
@@ -42,6 +44,10 @@ from naiad.service.remote import RemoteService, lost_host
 log = logging.getLogger("naiad")
 
 WATCH_SECONDS = 0.2  # how often the host looks at its front ends (exits) and the repository (changed views)
+# A front end heard from by nothing for this long (it beats every 0.25 s) is stopped or stuck: killed and restarted.
+# Long enough for a front end's loop held by one large request's decoding or encoding.
+STOPPED_SECONDS = 4.0
+START_SECONDS = 60.0  # ... or, before it says it listens, for this long
 
 
 class Host(Server):
@@ -52,6 +58,7 @@ class Host(Server):
         self.procs: list[subprocess.Popen | None] = [None] * count
         self._stopping = False
         self._watcher: asyncio.Task | None = None
+        self._restarts: dict[int, asyncio.Task] = {}  # front ends being started again, by index
         self._views: tuple = ()
         self._announced = False
         self.counts: Counts | None = None
@@ -100,6 +107,7 @@ class Host(Server):
             if proc.poll() is not None:
                 link.close()
                 raise SystemExit(f"error: front-end process {index} failed to start (exit code {proc.returncode})")
+            self._judge(index, proc, loop.time(), False)  # (one stopped while it starts would be waited for forever)
             try:
                 await asyncio.wait_for(link.ready.wait(), WATCH_SECONDS)
             except asyncio.TimeoutError:
@@ -150,14 +158,23 @@ class Host(Server):
                      for version, model in entry.versions.items())
 
     async def _watch(self) -> None:
+        loop = asyncio.get_running_loop()
+        last = loop.time()
         while not self._stopping:
             await asyncio.sleep(WATCH_SECONDS)
+            # A host held past its round (a stall, SIGSTOP) heard nothing meanwhile either: no front end is judged
+            # by a silence that was the host's.
+            now = loop.time()
+            held, last = now - last > WATCH_SECONDS + 1.0, now
             views = self._view_ids()
             if views != self._views:
                 self._views = views
                 self._changed()
             for index, proc in enumerate(self.procs):
-                if proc is None or proc.poll() is None or self._stopping:
+                if proc is None or self._stopping or index in self._restarts:
+                    continue
+                if proc.poll() is None:
+                    self._judge(index, proc, now, held)
                     continue
                 code = proc.returncode
                 log.warning("front-end process %d (pid %d) exited (%s); starting it again", index, proc.pid,
@@ -168,11 +185,36 @@ class Host(Server):
                 self.procs[index] = None
                 if self.counts is not None:
                     self.counts.clear(index)  # the connections it held closed with it
-                try:
-                    await self._spawn(index)
-                except SystemExit as exc:
-                    log.error("%s", exc.code)
-                    await asyncio.sleep(1.0)  # and try again on the next round
+                # Each in its own task: front ends that died together start together, and this round goes on.
+                self._restarts[index] = loop.create_task(self._restart(index))
+
+    def _judge(self, index: int, proc: subprocess.Popen, now: float, held: bool) -> None:
+        """A running front end that has said nothing for ``STOPPED_SECONDS`` (it beats every ``BEAT_SECONDS``) is
+        stopped or stuck: it serves nobody, and a stopped one's share of gRPC's connections (SO_REUSEPORT) waits for
+        it. Killed, it is started again like any that exits. One starting has ``START_SECONDS`` (its imports, and
+        its ports' opening, may hold its loop for seconds on a busy host)."""
+        link = self.links[index]
+        if link is None or link.closed:
+            return
+        if held:
+            link.heard = now
+            return
+        silent = now - link.heard
+        if silent > (STOPPED_SECONDS if link.ready.is_set() else START_SECONDS):
+            log.warning("front-end process %d (pid %d) has not been heard from for %.1f s (stopped or stuck%s); "
+                        "killing it", index, proc.pid, silent, "" if link.ready.is_set() else ", starting")
+            proc.kill()
+
+    async def _restart(self, index: int) -> None:
+        try:
+            await self._spawn(index)
+            proc = self.procs[index]
+            log.info("front-end process %d (pid %d) started again", index, proc.pid if proc else 0)
+        except SystemExit as exc:
+            log.error("%s", exc.code)
+            await asyncio.sleep(1.0)  # and the next round tries again (it finds the process exited)
+        finally:
+            del self._restarts[index]
 
     async def stop(self, drain: bool = True) -> None:
         """The front ends drain as one process would: they stop taking requests and finish what they have in
@@ -183,6 +225,8 @@ class Host(Server):
         self._stopping = True
         if self._watcher is not None:
             self._watcher.cancel()
+        for task in list(self._restarts.values()):
+            task.cancel()
         for proc in self.procs:
             if proc is not None and proc.poll() is None:
                 proc.send_signal(signal.SIGTERM if drain else signal.SIGKILL)
@@ -204,7 +248,9 @@ class Host(Server):
 
     async def end_frontends(self, deadline: float | None) -> None:
         procs = [p for p in self.procs if p is not None]
-        end = deadline + 1.0 if deadline is not None else time.monotonic() + 5.0  # (they write what was cut)
+        # They wrote what was cut when the drain ended (the timeout's last tenth before the deadline), and exit
+        # as soon as they have; one still running at the deadline is killed there.
+        end = deadline if deadline is not None else time.monotonic() + 5.0
         while any(p.poll() is None for p in procs) and time.monotonic() < end:
             await asyncio.sleep(0.02)
         for proc in procs:
@@ -277,4 +323,10 @@ def main(argv: list[str]) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main(sys.argv[1:]))
+    code = main(sys.argv[1:])
+    # A front end holds nothing the interpreter's teardown would release (the kernel closes its descriptors and
+    # memfds): it exits as soon as it has stopped, as multiprocessing's children do, not ~1 s later.
+    logging.shutdown()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(code)

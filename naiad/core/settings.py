@@ -66,12 +66,21 @@ class LogSettings:
         for key, value in values.items():
             setattr(self, key, value)
         self.logger.setLevel(log_level(self.info, self.warning, self.error, self.verbose))
+        # --log-verbose is about naiad's own lines: libraries' debug output (HPACK tables, botocore's wire log,
+        # asyncio) appears only from level 2 up; in every process that logs (front ends too), however it is set.
+        library = logging.NOTSET if self.verbose >= 2 else max(self.logger.level, logging.INFO)
+        for name in LIBRARY_LOGGERS:
+            logging.getLogger(name).setLevel(library)
         for handler in self.logger.handlers:
             handler.setFormatter(formatter(self.format))
 
     def as_dict(self) -> dict[str, Any]:
         return {"log_file": self.file, "log_info": self.info, "log_warning": self.warning, "log_error": self.error,
                 "log_verbose_level": self.verbose, "log_format": self.format}
+
+
+LIBRARY_LOGGERS = ("hpack", "h2", "grpc", "asyncio", "botocore", "boto3", "s3transfer", "urllib3", "filelock",
+                   "PIL", "matplotlib", "onnx", "torch")
 
 
 # Log setting name -> LogSettings attribute and the Python type of its value.

@@ -33,6 +33,9 @@ from naiad.service import wire
 log = logging.getLogger("naiad")
 
 SWEEP_SECONDS = 1.0
+# How often each end says it is there when it has nothing else to say: a front end that hears nothing from the host
+# for a while knows the host stalled; a host that hears nothing from a front end for longer restarts it.
+BEAT_SECONDS = 0.25
 KEEP_BYTES = 4 << 20  # a current segment reserved past this is replaced by a fresh (sparse) one at idle
 PART_BYTES = MAX_MESSAGE - 1024  # a part's data, leaving room for its header in the datagram
 _BATCH = int(M.Kind.BATCH)

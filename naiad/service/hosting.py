@@ -19,12 +19,12 @@ import weakref
 from typing import Any, Callable
 
 from naiad.core.answer import Answer
-from naiad.core.errors import InferError, internal
+from naiad.core.errors import Code, InferError, internal
 from naiad.core.model_view import ModelView
 from naiad.core.request import InferRequest, InferResponse
 from naiad.repository.consent import CodeConsent
 from naiad.service import wire
-from naiad.service.endpoint import ChannelEnd
+from naiad.service.endpoint import BEAT_SECONDS, ChannelEnd
 from naiad.service.face import Service
 from naiad.service.precheck import Undo, undo
 
@@ -35,8 +35,9 @@ _INFER, _STREAM, _CANCEL, _CALL, _READY = (wire.INFER, wire.STREAM, wire.CANCEL,
                                            wire.CALL, wire.READY)
 _RESULT, _REPLY, _USED, _STATS, _ENSURED = wire.RESULT, wire.REPLY, wire.USED, wire.STATS, wire.ENSURED
 _TOUCH, _BEAT, _LOST = wire.TOUCH, wire.BEAT, wire.LOST
-BEAT_SECONDS = 0.25  # how often the host says it is there (a front end waits a few before it says "not ready")
+_FAULTS = (Code.INTERNAL, Code.UNAVAILABLE, Code.UNKNOWN)  # failures that may have changed a model's readiness
 USES_SECONDS = 2.0  # how long an unregister waits for each front end to say which regions its requests hold
+SILENT_SECONDS = 4 * BEAT_SECONDS  # a front end heard from by nothing for this long is not waited for
 
 
 def state_of(service: Service) -> tuple:
@@ -98,6 +99,18 @@ class Pulse:
         self.state = state
         for link in list(self.links):
             link.send(message)
+
+    def refresh(self) -> None:
+        """Where the state changed since it was last sent (a request failed because its model's worker died: the
+        model is not ready), every front end hears it now, before the answer that follows: a client told of the
+        failure finds the model not ready through any of them, as through one process."""
+        state = state_of(self.service)
+        if state == self.state:
+            return
+        self.state = state
+        for link in list(self.links):
+            link.send(state)
+            link._flush()
 
     def push(self, link: Link) -> None:
         """The state to ``link`` now (flushed: it precedes whatever answer follows on another link)."""
@@ -165,9 +178,11 @@ class Link(ChannelEnd):
         self.versions: dict[int, Any] = {}
         self._next_version = 0
         self.pulse: Pulse | None = None
+        self.heard = 0.0  # when the front end was last heard from (loop time): it beats every BEAT_SECONDS
 
     def attach(self, loop: asyncio.AbstractEventLoop) -> None:
         super().attach(loop)
+        self.heard = loop.time()
         self.pulse = Pulse.of(self.service, loop)
         self.pulse.add(self)
 
@@ -175,12 +190,14 @@ class Link(ChannelEnd):
         self.lost()
 
     def lost(self) -> None:
-        """The front end is gone: what it had in flight here is cancelled, as a client that went away."""
+        """The front end is gone: what it had in flight here is cancelled, as a client that went away; its calls
+        (numbered below zero) run to their end, as one process's do when their client goes: a load finishes."""
         if self.closed:
             return
         self.close()
-        for future in list(self.requests.values()):
-            future.cancel()
+        for id_, future in list(self.requests.items()):
+            if id_ > 0:
+                future.cancel()
         self.requests.clear()
         for future in self._uses.values():
             if not future.done():
@@ -204,6 +221,7 @@ class Link(ChannelEnd):
     # --- what comes from the front end --------------------------------------------------------------------------
 
     def _on_readable(self) -> None:
+        self.heard = self.loop.time()  # type: ignore[union-attr]
         while True:
             try:
                 messages = self._receive()
@@ -362,6 +380,8 @@ class Link(ChannelEnd):
 
     def _result(self, id_: int, response: InferResponse) -> None:
         error = response.error
+        if error is not None and error.code in _FAULTS and self.pulse is not None:
+            self.pulse.refresh()
         self.send((_RESULT, id_, response.model_name, response.model_version, response.id,
                    self.records(response.outputs) if response.outputs else [], response.parameters,
                    None if error is None else (type(error).__name__, error.code.name, error.message),
@@ -511,9 +531,12 @@ class Link(ChannelEnd):
 
 
 async def _held(link: Link, names: list[str] | None) -> list[str]:
-    """Which of ``names`` a request in ``link``'s front end holds; none, from one that doesn't say in time (a
-    stopped process: its copies of the regions close when it reads the unregister, and a request there holding
-    one keeps its own descriptor until it ends)."""
+    """Which of ``names`` a request in ``link``'s front end holds; none, from one that doesn't say in time or has
+    been silent for ``SILENT_SECONDS`` (a stopped process: its copies of the regions close when it reads the
+    unregister, and a request there holding one keeps its own descriptor until it ends)."""
+    assert link.loop is not None
+    if link.loop.time() - link.heard > SILENT_SECONDS:
+        return []  # stopped already (it beats every BEAT_SECONDS): not asked, as one that doesn't say in time
     try:
         return await asyncio.wait_for(link.uses(names), USES_SECONDS)
     except asyncio.TimeoutError:

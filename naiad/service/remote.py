@@ -37,7 +37,7 @@ from naiad.repository.consent import CodeConsent
 from naiad.sagemaker.contract import ArchiveError, UrlRefused
 from naiad.sagemaker.counters import EndpointStats
 from naiad.service import wire
-from naiad.service.endpoint import ChannelEnd
+from naiad.service.endpoint import BEAT_SECONDS, ChannelEnd
 from naiad.service.face import Service
 from naiad.service.mirrors import ForwardedStats, SharedRegistry
 from naiad.service.precheck import Precheck
@@ -86,10 +86,20 @@ class RemoteService(ChannelEnd, Service):
         self.log_settings = LogSettings()  # this process's logging, as the host's (``configure``; LOGS)
         self.stats = ForwardedStats(self._stats_changed)  # SageMaker's invocation counters, summed by the host
         self._stats_due = False
+        self._beater: asyncio.TimerHandle | None = None
 
     def attach(self, loop: asyncio.AbstractEventLoop) -> None:
         super().attach(loop)
         self._heard = loop.time()
+        self._beater = loop.call_later(BEAT_SECONDS, self._beat)
+
+    def _beat(self) -> None:
+        """Say it is there: the host kills and restarts a front end it has not heard from for a while (stopped, or
+        its loop stuck), as this one says "not ready" for a host it hasn't heard from."""
+        if self.closed or self.loop is None:
+            return
+        self._beater = self.loop.call_later(BEAT_SECONDS, self._beat)
+        self.send((_BEAT,))
 
     def _channel_lost(self) -> None:
         if self.loop is not None:
@@ -553,6 +563,8 @@ class RemoteService(ChannelEnd, Service):
 
     def close(self) -> None:
         self._stop_sweeping()
+        if self._beater is not None:
+            self._beater.cancel()
         if not self.channel.closed:
             self._flush()
         if self.loop is not None:
