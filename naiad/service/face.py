@@ -5,7 +5,8 @@ shared-memory registry, trace and log settings, and the dashboard's feed.
 Front ends decode their wire format into ``InferRequest`` and encode ``InferResponse``; none of them reaches
 into the repository, a scheduler or a backend. Arguments and results are plain values (names, versions, dicts
 and lists, requests and responses, bytes; a model is a ``ModelView``), so the face can be a function call, as
-here, or a channel to a model host in another process (``remote.RemoteService``, the same signatures).
+here, or a channel to a model host in another process (``remote.RemoteService``): both implement the protocols
+of ``faces.py`` (inference, models, SageMaker, administration), which front ends depend on.
 
 Two kinds of method, so that nothing a front end calls ever blocks its event loop:
 - answered at once, from what this process knows: health (``live``, ``is_ready``, ``model_ready``), server
@@ -60,7 +61,33 @@ EXTENSIONS = [
 ]
 
 
-class Service:
+class Draining:
+    """What both faces share of a drain: it stops taking requests and waits for those in flight (whoever finishes
+    the last sets ``_idle``)."""
+
+    accepting: bool
+    _idle: asyncio.Event | None
+
+    @property
+    def in_flight(self) -> int:
+        raise NotImplementedError
+
+    async def drain(self, timeout: float) -> bool:
+        """Stop taking requests and wait for in-flight ones; True if all finished in time."""
+        self.accepting = False
+        if self.in_flight == 0:
+            return True
+        self._idle = asyncio.Event()
+        try:
+            await asyncio.wait_for(self._idle.wait(), timeout)
+            return True
+        except asyncio.TimeoutError:
+            return False
+
+
+class Service(Draining):
+    """The face in one process (and the model host's): every protocol of ``faces.py``, over the repository."""
+
     def __init__(self, repository: ModelRepository, strict_readiness: bool = True,
                  control: ModelControl | None = None, residency: Residency | None = None) -> None:
         self.repository = repository
@@ -204,18 +231,6 @@ class Service:
             respond(InferResponse(request.model_name, request.model_version, request.id, error=error))
             cut += 1
         return cut
-
-    async def drain(self, timeout: float) -> bool:
-        """Stop taking requests and wait for in-flight ones; True if all finished in time."""
-        self.accepting = False
-        if self.in_flight == 0:
-            return True
-        self._idle = asyncio.Event()
-        try:
-            await asyncio.wait_for(self._idle.wait(), timeout)
-            return True
-        except asyncio.TimeoutError:
-            return False
 
     # --- health and metadata ------------------------------------------------------------------------------------
 

@@ -34,9 +34,10 @@ from naiad.core.request import InferRequest, InferResponse
 from naiad.core.settings import LogSettings
 from naiad.sagemaker.contract import ArchiveError, UrlRefused
 from naiad.sagemaker.counters import EndpointStats
+import naiad
 from naiad.service import calls, wire
 from naiad.service.endpoint import ChannelEnd
-from naiad.service.face import Service
+from naiad.service.face import EXTENSIONS, Draining
 from naiad.service.mirrors import ForwardedStats, SharedRegistry
 from naiad.service.precheck import Precheck
 
@@ -56,8 +57,8 @@ def error_of(value: tuple[str, str, str]) -> InferError:
     return _ERRORS.get(kind, InferError)(message, Code[code])
 
 
-class RemoteService(ChannelEnd, Service):
-    def __init__(self, sock: socket.socket, on_lost: Callable[[], None]) -> None:  # noqa: no super().__init__
+class RemoteService(ChannelEnd, Draining):
+    def __init__(self, sock: socket.socket, on_lost: Callable[[], None]) -> None:
         self._open(sock)
         self._on_lost = on_lost
         self._next_id = 0
@@ -231,29 +232,20 @@ class RemoteService(ChannelEnd, Service):
                 raise unavailable("Server not ready")  # (the host's first state comes before any front end serves)
         return self._state
 
-    @property  # type: ignore[override]
+    @property
     def live(self) -> bool:
         return self._state is not None and bool(self._state[1])
 
-    @live.setter
-    def live(self, value: bool) -> None:
-        pass  # the host's
-
-    @property  # type: ignore[override]
+    @property
     def failure(self) -> InferError | None:
         return None if self._failure is None else unavailable(self._failure)
 
-    @failure.setter
-    def failure(self, value: InferError | None) -> None:
-        pass  # the host's
-
-    @property  # type: ignore[override]
+    @property
     def server_id(self) -> str:
         return str(self._known()[5])
 
-    @server_id.setter
-    def server_id(self, value: str) -> None:
-        pass
+    def server_metadata(self) -> dict[str, Any]:
+        return {"name": self.server_id, "version": naiad.__version__, "extensions": EXTENSIONS}
 
     @property
     def control_mode(self) -> str:

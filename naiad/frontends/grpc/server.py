@@ -30,7 +30,7 @@ from naiad.frontends.grpc.control import Control, unary_methods
 from naiad.frontends.grpc.inference import UNPARSABLE, UNPARSABLE_MESSAGE, Inference
 from naiad.frontends.grpc.options import GrpcOptions
 from naiad.frontends.grpc.status import fail
-from naiad.service import CodeConsent, Service
+from naiad.service import CodeConsent, Face
 
 log = logging.getLogger("naiad.grpc")
 
@@ -123,7 +123,7 @@ def _restricted(handler: grpc.RpcMethodHandler, restrictions: Restrictions, cate
     return handler._replace(unary_unary=unary)
 
 
-def method_table(service: Service, inference: Inference, restrictions: Restrictions | None = None
+def method_table(service: Face, inference: Inference, restrictions: Restrictions | None = None
                  ) -> dict[str, grpc.RpcMethodHandler]:
     """Every RPC's handler by its HTTP/2 path (``/package.Service/Method``), for either server engine; those in a
     restricted category check the caller's metadata first (handlers are wrapped only when restricted)."""
@@ -193,7 +193,7 @@ def handlers(paths: dict[str, grpc.RpcMethodHandler]) -> list[grpc.GenericRpcHan
     return [grpc.method_handlers_generic_handler(name, table) for name, table in by_service.items()]
 
 
-async def start(service: Service, options: GrpcOptions, gate: Gate | None = None,
+async def start(service: Face, options: GrpcOptions, gate: Gate | None = None,
                 port: ports.Port | None = None) -> Any:
     """The gRPC server as ``options.engine`` says; either answers ``await stop(grace=None)``. ``gate``: the port's
     admission, its cap lowered to fit the open file limit (default: the flags'). ``port``: the lean engine's

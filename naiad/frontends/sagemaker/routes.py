@@ -25,7 +25,7 @@ from naiad.frontends.sagemaker.replies import bare, mismatched, sagemaker_error,
 from naiad.frontends.sagemaker.runtime import RuntimeDoor
 from naiad.sagemaker.contract import UrlRefused
 from naiad.sagemaker.options import SageMakerOptions
-from naiad.service import Service
+from naiad.service import Face
 
 log = logging.getLogger("naiad.sagemaker")
 
@@ -33,7 +33,7 @@ _MODELS = re.compile(r"/models(?:/)?([^/]+)?(/invoke)?")  # Triton's own pattern
 
 
 class SageMakerRouter:
-    def __init__(self, service: Service, options: SageMakerOptions, http: HttpOptions | None = None,
+    def __init__(self, service: Face, options: SageMakerOptions, http: HttpOptions | None = None,
                  allowed_hosts: list[str] | None = None) -> None:
         assert service.sagemaker
         self.service = service
