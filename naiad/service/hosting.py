@@ -342,33 +342,38 @@ class Link(ChannelEnd):
             self._unread(message, exc)
             return
         id_ = message[1]
-        if self.service.sagemaker_hit(request.model_name) is not None:
-            self._queue(id_, request)
-            self.service.sagemaker_touch(request.model_name)  # (as ``sagemaker_infer`` follows a hit in one process)
-        else:
+        if not self._queue(id_, request, target=True):
             self._track(id_, asyncio.ensure_future(self._reload(id_, request)))
 
     async def _reload(self, id_: int, request: InferRequest) -> None:
         try:
-            await self.service.sagemaker_ensure(request.model_name)
+            view = await self.service.sagemaker_ensure(request.model_name)
         except InferError as exc:
             self._result(id_, InferResponse(request.model_name, request.model_version, request.id, error=exc))
             return
-        self._queue(id_, request)  # before anything else runs: the model is kept for it until then
-        self.service.sagemaker_touch(request.model_name)
+        self._queue(id_, request, view)  # before anything else runs: the model is kept for it until then
         self._on_change()
 
-    def _queue(self, id_: int, request: InferRequest) -> None:
-        """A unary request to the face: answered by one RESULT, now (refused) or when it completes."""
+    def _queue(self, id_: int, request: InferRequest, ensured: ModelView | None = None, target: bool = False
+               ) -> bool:
+        """A unary request to the face: answered by one RESULT, now (refused) or when it completes. A SageMaker
+        target's (``target``, or ``ensured``: the view its load gave) goes by ``sagemaker_infer``: False where
+        it missed (nothing queued)."""
         answer = Pending(self, id_)
         self.requests[id_] = answer
         try:
             if request.checked is not None:
                 self.settle(request)
-            self.service.infer(request, None, answer)  # type: ignore[arg-type]
+            if target or ensured is not None:
+                if self.service.sagemaker_infer(request, ensured, answer) is None:  # type: ignore[arg-type]
+                    self.requests.pop(id_, None)
+                    return False
+            else:
+                self.service.infer(request, None, answer)  # type: ignore[arg-type]
         except InferError as exc:
             self.requests.pop(id_, None)
             self._result(id_, InferResponse(request.model_name, request.model_version, request.id, error=exc))
+        return True
 
     def _result(self, id_: int, response: InferResponse) -> None:
         error = response.error

@@ -454,22 +454,23 @@ class RemoteService(ChannelEnd, Draining):
         self.send((wire.TOUCH, name))
         return True  # (the host knows whether it is resident; nothing here depends on it)
 
-    def sagemaker_hit(self, target: str) -> ModelView | None:
-        """The view of ``target`` known here (None: await ``sagemaker_ensure``). Its request, sent by
-        ``sagemaker_infer``, is the host's cache hit, or its miss where the model went meanwhile (it loads it again
-        first): no call."""
-        return self.view(target)
-
     async def sagemaker_ensure(self, target: str) -> ModelView:
         seen = self._invalidated
         return self._kept((target, ""), await self.call(calls.SAGEMAKER_ENSURE, (target,)), seen)
 
-    def sagemaker_infer(self, request: InferRequest, view: ModelView) -> asyncio.Future[InferResponse]:
-        """As ``infer``, sent as ``ENSURED``: the host marks the model used, or loads it again first where an
-        eviction came since the load that gave ``view``."""
+    def sagemaker_infer(self, request: InferRequest, view: ModelView | None = None,
+                        future: asyncio.Future[InferResponse] | None = None
+                        ) -> tuple[ModelView, asyncio.Future[InferResponse]] | None:
+        """Sent as ``ENSURED`` where the target's view is known here (None: await ``sagemaker_ensure``): the host
+        counts the hit, marks the model used and queues it, or loads it again first where an eviction came since
+        (no call either way)."""
+        if view is None:
+            view = self.view(request.model_name)
+            if view is None:
+                return None
         if not self.accepting:
             raise unavailable("Server is not ready to accept requests (shutting down)")
-        return self._send_unary(wire.ENSURED, request, view)
+        return view, self._send_unary(wire.ENSURED, request, view, future)
 
     def sagemaker_stats(self) -> EndpointStats:
         return self.stats

@@ -21,9 +21,10 @@ class Kind(IntEnum):
     READY = 104  # the front end listens on its ports
     USED = 105  # the answer to USES: which of those regions a request here holds
     STATS = 106  # SageMaker's invocation counters since the last STATS: add them to the host's
-    # A unary request (as INFER) for a SageMaker target model that a "sagemaker_hit" or "sagemaker_ensure" CALL
-    # made resident just before: the host marks it used and queues it, or, where an eviction took the model in
-    # between, loads it again first (as one process, which queues it within the hit or the load, would have).
+    # A unary request (as INFER) for a SageMaker target model (``sagemaker_infer``) whose view the front end knows
+    # (kept, or from a "sagemaker_ensure" CALL): the host counts the hit, marks it used and queues it, or, where an
+    # eviction took the model since, loads it again first (as one process, which queues it within the hit or the
+    # load, would have).
     ENSURED = 107
     TOUCH = 108  # an invocation of a SageMaker model (by name) queued as INFER: mark it used (no answer)
     # Host -> front end.
