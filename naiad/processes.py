@@ -167,6 +167,8 @@ class FrontendProcesses:
 
     def _push_views(self) -> None:
         self._change_due = False
+        if self._stopping:
+            return  # (the models are finalized as the front ends exit: nothing to tell them)
         if self._view_ids() != self._views:  # (a load's answer may have told them already)
             self._changed()
 
