@@ -31,7 +31,9 @@ class Events:
 
 class Entries(dict[str, "ModelEntry"]):
     """The repository's models by name: each entry put here tells ``events`` of its versions' changes, and
-    putting or dropping one is a change of its own."""
+    putting or dropping one is a change of its own. Reads are the plain dict's (the request path's lookups)."""
+
+    __slots__ = ("events",)
 
     def __init__(self, events: Events) -> None:
         super().__init__()
