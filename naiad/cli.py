@@ -286,9 +286,9 @@ def serve(args: argparse.Namespace) -> int:
 
     def start() -> Coroutine[Any, Any, None]:
         if processes > 1:
-            from naiad.processes import Host
+            from naiad.processes import host
 
-            return Host(options, processes).run()
+            return host(options, processes).run()
         return Server(options).run()
 
     return run_process(start)

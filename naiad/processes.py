@@ -33,26 +33,36 @@ from pathlib import Path
 from typing import Any
 
 import naiad
-from naiad.frontends import ports
-from naiad.frontends.connections import Gate
+from naiad.frontends import ports, serving
 from naiad.frontends.shared_counts import Counts, SharedGate, entries_for
-from naiad.server import Server, ServerOptions, _dashboard_url, run_process
+from naiad.server import Process, Server, ServerOptions, run_process
 from naiad.service import wire
 from naiad.service.hosting import Link
 from naiad.service.remote import RemoteService, lost_host
 
 log = logging.getLogger("naiad")
 
-WATCH_SECONDS = 0.2  # how often the host looks at its front ends (exits) and the repository (changed views)
+WATCH_SECONDS = 0.2  # how often the host looks at its front ends (exits, silences)
 # A front end heard from by nothing for this long (it beats every 0.25 s) is stopped or stuck: killed and restarted.
 # Long enough for a front end's loop held by one large request's decoding or encoding.
 STOPPED_SECONDS = 4.0
 START_SECONDS = 60.0  # ... or, before it says it listens, for this long
 
 
-class Host(Server):
-    def __init__(self, options: ServerOptions, count: int) -> None:
-        super().__init__(options)
+def host(options: ServerOptions, count: int) -> Server:
+    """The model host: a server whose ports ``count`` front-end processes serve."""
+    return Server(options, lambda server: FrontendProcesses(server, count))
+
+
+class FrontendProcesses:
+    """The model host's front ends (a ``server.Frontends`` part): it binds the ports, starts the processes that
+    serve them, restarts one that exits, and stops them with the server."""
+
+    def __init__(self, server: Server, count: int) -> None:
+        self.server = server
+        self.options = server.options
+        self.service = server.service
+        self.repository = server.repository
         self.count = count
         self.links: list[Link | None] = [None] * count
         self.procs: list[subprocess.Popen | None] = [None] * count
@@ -60,25 +70,29 @@ class Host(Server):
         self._watcher: asyncio.Task | None = None
         self._restarts: dict[int, asyncio.Task] = {}  # front ends being started again, by index
         self._views: tuple = ()
+        self._change_due = False  # a repository event's push to the front ends is on its way
         self._announced = False
         self.counts: Counts | None = None
         self.ports: dict[str, ports.Port] = {}  # bound here, served by the front ends
 
-    async def open_frontends(self) -> None:
+    async def open(self) -> None:
         # Each port's connections counted across the front ends, its caps as one process would set them.
-        self.counts = Counts.create(self.count, {name: entries_for(gate) for name, gate in self._gates().items()})
+        self.counts = Counts.create(self.count, {name: entries_for(gate)
+                                                 for name, gate in serving.admission(self.options).items()})
         # Every port bound here first, in one process's order: a taken one ends the start with Triton's line
         # before any front end starts.
-        self.ports = self.bind_ports(self.count)
-        await self.open_metrics()  # the host's own port, open before any front end answers ready
+        self.ports = serving.bind(self.options, self.count)
+        await self.server.open_metrics()  # the host's own port, open before any front end answers ready
         if self.service.failure is None:
             # Accepting before the front ends listen (the first may take requests before the last starts); live,
             # and so ready, once they all do.
             self.service.accepting = True
         await asyncio.gather(*(self._spawn(index) for index in range(self.count)))
         log.info("%d front-end processes: %s", self.count, " ".join(str(p.pid) for p in self.procs if p))
+        loop = asyncio.get_running_loop()
         self._views = self._view_ids()
-        self._watcher = asyncio.get_running_loop().create_task(self._watch())
+        self.repository.events.listen(lambda kind, name: self._repository_changed(loop))
+        self._watcher = loop.create_task(self._watch())
 
     async def _spawn(self, index: int) -> None:
         loop = asyncio.get_running_loop()
@@ -118,17 +132,7 @@ class Host(Server):
         if self._announced:
             return
         self._announced = True
-        options = self.options
-        if options.allow_http:
-            log.info("Started HTTPService at %s:%d", options.http_address, options.http_port)
-            if options.http.dashboard:
-                log.info("Dashboard at %s", _dashboard_url(options.http_address, options.http_port))
-        if options.sagemaker.enabled:
-            log.info("Started Sagemaker HTTPService at %s:%d", options.sagemaker.address, options.sagemaker.port)
-            if not options.allow_http and options.http.dashboard:
-                log.info("Dashboard at %s", _dashboard_url(options.sagemaker.address, options.sagemaker.port))
-        if options.grpc.enabled:
-            log.info("Started GRPCInferenceService at %s:%d", options.grpc.address, options.grpc.port)
+        serving.announce(self.options)
 
     def _lost(self, link: Link) -> None:
         """A front end's channel closed: the watcher restarts the process once it has exited."""
@@ -140,6 +144,7 @@ class Host(Server):
                 proc.kill()  # a front end without its channel can serve nothing
 
     def _changed(self) -> None:
+        self._views = self._view_ids()
         for link in self.links:
             if link is not None:
                 link.invalidate()
@@ -157,6 +162,24 @@ class Host(Server):
         return tuple((name, version, id(model.view)) for name, entry in self.repository.models.items()
                      for version, model in entry.versions.items())
 
+    def _repository_changed(self, loop: asyncio.AbstractEventLoop) -> None:
+        """A repository event (on a load thread, maybe): the front ends hear of it once the loop's turn comes, one
+        push for a burst of events."""
+        if self._change_due:
+            return
+        self._change_due = True
+        try:
+            loop.call_soon_threadsafe(self._push_views)
+        except RuntimeError:  # the loop has closed: nothing to tell
+            self._change_due = False
+
+    def _push_views(self) -> None:
+        self._change_due = False
+        if self._stopping:
+            return  # (the models are finalized as the front ends exit: nothing to tell them)
+        if self._view_ids() != self._views:  # (a load's answer may have told them already)
+            self._changed()
+
     async def _watch(self) -> None:
         loop = asyncio.get_running_loop()
         last = loop.time()
@@ -166,10 +189,6 @@ class Host(Server):
             # by a silence that was the host's.
             now = loop.time()
             held, last = now - last > WATCH_SECONDS + 1.0, now
-            views = self._view_ids()
-            if views != self._views:
-                self._views = views
-                self._changed()
             for index, proc in enumerate(self.procs):
                 if proc is None or self._stopping or index in self._restarts:
                     continue
@@ -216,7 +235,7 @@ class Host(Server):
         finally:
             del self._restarts[index]
 
-    async def stop(self, drain: bool = True) -> None:
+    async def quiesce(self, drain: bool, until: float | None) -> None:
         """The front ends drain as one process would: they stop taking requests and finish what they have in
         flight, which the host still serves (it keeps accepting from them until they have exited, so nothing a
         front end took before its SIGTERM is refused here); what is left at the drain's end is cut by the host
@@ -234,7 +253,8 @@ class Host(Server):
         # process does); nothing restarts one now.
         for port in self.ports.values():
             port.close()
-        await super().stop(drain)
+        if until is not None:
+            await self.drain_frontends(until)
 
     def _running(self) -> bool:
         return any(p is not None and p.poll() is None for p in self.procs)
@@ -243,10 +263,10 @@ class Host(Server):
         while self._running() and time.monotonic() < until:
             await asyncio.sleep(0.02)
 
-    async def close_frontends(self, deadline: float | None, cut: int) -> None:
+    async def close(self, deadline: float | None, cut: int) -> None:
         pass  # (they close their own ports; waiting for them here would eat finalize()'s share of the timeout)
 
-    async def end_frontends(self, deadline: float | None) -> None:
+    async def end(self, deadline: float | None) -> None:
         procs = [p for p in self.procs if p is not None]
         # They wrote what was cut when the drain ended (the timeout's last tenth before the deadline), and exit
         # as soon as they have; one still running at the deadline is killed there.
@@ -262,34 +282,26 @@ class Host(Server):
                 link.close()
 
 
-class Frontend(Server):
+class Frontend(Process):
     """One front-end process: the ports, over the host's face."""
 
     def __init__(self, options: ServerOptions, index: int, sock: socket.socket,
                  logs: dict[str, Any], counts: Counts, served: dict[str, ports.Port]) -> None:
-        # (no super().__init__: the repository and the rest are the host's)
         options.grpc.reuse_port = True  # grpcio binds the port itself, beside its siblings and the host's guard
         self.options = options
         self.served = served  # the host's listening sockets, inherited
         self.index = index
         self.remote = RemoteService(sock, lost_host(index))
-        self.service = self.remote
-        self._servers = []
-        self._grpc = None
-        self._metrics = None
-        self._stop = asyncio.Event()
+        self.ports = serving.Ports(options, self.remote)
+        self._stopping = asyncio.Event()
         self.logs = logs
         self.counts = counts
 
-    def listening(self) -> dict[str, ports.Port]:
-        return self.served
-
-    def _gates(self) -> dict[str, Gate]:
-        return {name: SharedGate(gate, self.counts, name, self.index) for name, gate in super()._gates().items()}
-
     async def start(self) -> None:
         self.remote.attach(asyncio.get_running_loop())
-        await self.open_frontends()
+        gates = {name: SharedGate(gate, self.counts, name, self.index)
+                 for name, gate in serving.admission(self.options).items()}
+        await self.ports.open(self.served, gates)
         # Logging as the host's from now on (its start-up lines are the host's to write).
         logs = self.logs
         self.remote.log_settings.configure(logs["log_info"], logs["log_warning"], logs["log_error"],
@@ -300,10 +312,7 @@ class Frontend(Server):
         if drain:
             await self.remote.drain(self.options.exit_timeout_secs)
         await asyncio.sleep(0.05)  # the answers that ended the drain are written before the connections close
-        for server in self._servers:
-            server.close()
-        if self._grpc is not None:
-            await self._grpc.stop(grace=None)
+        await self.ports.close()
         await asyncio.sleep(0.05)  # and what the connections hold before the process exits
         self.remote.close()
 

@@ -13,20 +13,16 @@ import time
 from collections.abc import Callable, Coroutine
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 from naiad.core.errors import STATUS_NAMES, InferError, internal, invalid
 from naiad.core.heap import keep_big_buffers
 from naiad.core.settings import LogSettings
 from naiad.core.stats import ModelStats
 from naiad.core.tracing import Tracer
-from naiad.frontends import poll, ports
-from naiad.frontends.connections import Gate, gates, raise_nofile
+from naiad.frontends import poll, ports, serving
 from naiad.frontends.grpc.options import GrpcOptions
-from naiad.frontends.http.limits import Listener
 from naiad.frontends.http.options import HttpOptions
-from naiad.frontends.http.protocol import HttpProtocol
-from naiad.frontends.http.routes import Router
 from naiad.frontends.metrics.options import MetricsOptions
 from naiad.repository.consent import FLAG as CODE_FLAG
 from naiad.repository.consent import startup_warning as code_upload_warning
@@ -84,8 +80,92 @@ class ServerOptions:
     idle_poll_us: int = poll.DEFAULT_US  # --idle-poll-us (naiad/frontends/poll.py)
 
 
-class Server:
-    def __init__(self, options: ServerOptions) -> None:
+class Process:
+    """A process's life: ``start``, serve until SIGTERM / SIGINT, ``stop`` (the server; a front-end process)."""
+
+    options: ServerOptions
+    _stopping: asyncio.Event  # set by SIGTERM / SIGINT (``request_stop``)
+
+    async def start(self) -> None:
+        raise NotImplementedError
+
+    async def stop(self, drain: bool = True) -> None:
+        raise NotImplementedError
+
+    def request_stop(self) -> None:
+        self._stopping.set()
+
+    async def run(self) -> None:
+        loop = asyncio.get_running_loop()
+        # While models load, the loop may be held by a synchronous load: a plain handler runs anyway (the main
+        # thread's waits are interruptible); the loop's own handlers take over once the server is up.
+        starting = _StartSignals(self.options.exit_timeout_secs)
+        try:
+            await self.start()
+        except SystemExit:
+            # A port in use or a failed load: whatever did start is stopped before the process exits.
+            starting.close()
+            await self.stop(drain=False)
+            raise
+        starting.close()
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            try:
+                loop.add_signal_handler(sig, self.request_stop)
+            except (NotImplementedError, RuntimeError):
+                pass
+        if starting.signalled:
+            self.request_stop()  # the load finished within the exit timeout: stop as any stop does, finalize()
+        await self._stopping.wait()
+        await self.stop()
+
+
+
+class Frontends(Protocol):
+    """The part of a server that serves its ports: here (``InProcess``), or in front-end processes
+    (``processes.FrontendProcesses``). The server calls it as it starts and at each step of its stop."""
+
+    async def open(self) -> None:
+        """Serve the ports (after the models loaded)."""
+        ...
+
+    async def quiesce(self, drain: bool, until: float | None) -> None:
+        """The stop begins: take no more connections' work elsewhere, and wait (until ``until``, when draining) for
+        what others have in flight to reach the service, which drains next."""
+        ...
+
+    async def close(self, deadline: float | None, cut: int) -> None:
+        """After the drain: stop listening and close the connections (``cut``: how many answers were just cut)."""
+        ...
+
+    async def end(self, deadline: float | None) -> None:
+        """After the models are finalized."""
+        ...
+
+
+class InProcess:
+    """The ports served by this process, over the in-process face."""
+
+    def __init__(self, server: Server) -> None:
+        self.options = server.options
+        self.ports = serving.Ports(server.options, server.service)
+
+    async def open(self) -> None:
+        await self.ports.open(serving.bind(self.options), serving.admission(self.options))
+
+    async def quiesce(self, drain: bool, until: float | None) -> None:
+        pass  # (the service's drain is theirs)
+
+    async def close(self, deadline: float | None, cut: int) -> None:
+        await self.ports.close(deadline, cut)
+
+    async def end(self, deadline: float | None) -> None:
+        pass
+
+
+class Server(Process):
+    """The model side (repository, service, metrics) and a ``Frontends`` part that serves the ports."""
+
+    def __init__(self, options: ServerOptions, frontends: Callable[[Server], Frontends] | None = None) -> None:
         self.options = options
         # Before any model loads: each version's statistics keep a window only when summaries are on.
         ModelStats.summaries = options.metrics.enabled and options.metrics.summary_latencies
@@ -127,10 +207,9 @@ class Server:
             self.service.log_settings = options.log_settings
         self.service.tracer = Tracer(options.trace)
         self.service.shared_memory.max_regions = options.shared_memory_max_regions
-        self._servers: list[Any] = []  # each port's asyncio servers (or acceptors: ports.Port.serve)
-        self._grpc: Any = None  # grpc.aio.Server, or the lean engine's server
         self._metrics: Any = None  # MetricsService (imported only when metrics are served)
-        self._stop = asyncio.Event()
+        self._stopping = asyncio.Event()
+        self.frontends: Frontends = (frontends or InProcess)(self)
 
     @staticmethod
     def _residency(repository: ModelRepository, control: ModelControl, options: ServerOptions) -> Residency | None:
@@ -175,7 +254,7 @@ class Server:
         else:
             await self._load_models()
         self._warn_code_upload()
-        await self.open_frontends()
+        await self.frontends.open()
         if self._metrics is None:
             await self.open_metrics()
         if failure is None:
@@ -193,69 +272,6 @@ class Server:
             except OSError as exc:
                 raise SystemExit(ports.bind_error("Metrics", self.options.metrics.address,
                                                   self.options.metrics.port, exc)) from None
-
-    def bind_ports(self, processes: int = 1) -> dict[str, ports.Port]:
-        """The HTTP, SageMaker and gRPC ports, each bound once (in the order they have always opened in), before
-        anything serves them: Triton's line (``SystemExit``) for one that is taken, with what was bound closed. The
-        lean gRPC engine serves from its sockets as HTTP does; grpcio binds its own (it can't adopt a socket), so
-        with front-end ``processes`` its port gets the host's guard (naiad/frontends/ports.py), and with one
-        process nothing here."""
-        options, bound = self.options, dict[str, ports.Port]()
-        grpc = options.grpc
-        try:
-            if options.allow_http:
-                bound["HTTP"] = ports.listen("HTTP", options.http_address, options.http_port, options.reuse_http_port)
-            if options.sagemaker.enabled:
-                bound["Sagemaker"] = ports.listen("Sagemaker", options.sagemaker.address, options.sagemaker.port)
-            if grpc.enabled and grpc.chosen_engine() == "lean":
-                bound["GRPC"] = ports.listen("GRPC", grpc.address, grpc.port, grpc.reuse_port)
-            elif grpc.enabled and processes > 1:
-                bound["GRPC"] = ports.guard("GRPC", grpc.address, grpc.port, grpc.reuse_port)
-        except SystemExit:
-            for port in bound.values():
-                port.close()
-            raise
-        return bound
-
-    def listening(self) -> dict[str, ports.Port]:
-        """The ports this process serves: bound here (a front-end process's are its host's)."""
-        return self.bind_ports()
-
-    async def open_frontends(self) -> None:
-        """Listen on the HTTP, SageMaker and gRPC ports (the model host of --frontend-processes N starts
-        processes that do instead, from the sockets it bound)."""
-        served = self.listening()
-        admission = self._gates()
-        poll.POLL.configure(self.options.idle_poll_us)
-        poll.POLL.watch(lambda: self.service.in_flight)
-        if self.options.allow_http:
-            router = Router(self.service, self.options.http, self.options.http_max_input_size)
-            protocol = HttpProtocol
-            if self.options.http.header_forward is not None:
-                from naiad.frontends.http.forwarding import NamedHeadersProtocol as protocol  # type: ignore[assignment]
-            await self._listen(served["HTTP"], router, protocol, admission["HTTP"])
-            log.info("Started HTTPService at %s:%d", self.options.http_address, self.options.http_port)
-            if self.options.http.dashboard:
-                log.info("Dashboard at %s", _dashboard_url(self.options.http_address, self.options.http_port))
-        if self.options.sagemaker.enabled:
-            from naiad.frontends.sagemaker.routes import SageMakerRouter
-
-            sagemaker = self.options.sagemaker
-            # The dashboard is served here when HTTP is off.
-            sagemaker_router = SageMakerRouter(self.service, sagemaker,
-                                               None if self.options.allow_http else self.options.http,
-                                               self.options.http.allowed_hosts)
-            await self._listen(served["Sagemaker"], sagemaker_router, gate=admission["Sagemaker"])
-            log.info("Started Sagemaker HTTPService at %s:%d", sagemaker.address, sagemaker.port)
-            if not self.options.allow_http and self.options.http.dashboard:
-                log.info("Dashboard at %s", _dashboard_url(sagemaker.address, sagemaker.port))
-        if self.options.grpc.enabled:
-            from naiad.frontends.grpc import (
-                server as grpc_server,  # grpc loads only when it is served
-            )
-
-            self._grpc = await grpc_server.start(self.service, self.options.grpc, admission["GRPC"],
-                                                 served.get("GRPC"))
 
     def _warn_code_upload(self) -> None:
         """Explicit mode: say which front ends refuse model code, and how to allow it; or that any client may."""
@@ -275,25 +291,6 @@ class Server:
         if unkeyed:
             log.warning("%s", code_upload_warning(unkeyed))
 
-    def _gates(self) -> dict[str, Gate]:
-        """Each served port's admission, its cap lowered to fit the open file limit (raised to the hard one)."""
-        options = self.options
-        limits, grpc = options.http.limits, options.grpc
-        ports = {}
-        if options.allow_http:
-            ports["HTTP"] = (limits.max_connections, limits.max_connections_per_address)
-        if options.sagemaker.enabled:
-            ports["Sagemaker"] = (limits.max_connections, limits.max_connections_per_address)
-        if grpc.enabled:
-            ports["GRPC"] = (grpc.max_connections, grpc.max_connections_per_address)
-        return gates(ports, raise_nofile())
-
-    async def _listen(self, port: ports.Port, router: object, protocol: type[HttpProtocol] = HttpProtocol,
-                      gate: Gate | None = None) -> None:
-        max_body = self.options.http_max_input_size
-        listener = Listener(self.options.http.limits, gate)  # this port's own connection count
-        self._servers += await port.serve(lambda: protocol(router, max_body, listener))  # type: ignore[arg-type]
-
     async def _load_models(self) -> None:
         self.control.load_startup()
         await self.repository.warm_up()  # before any front end opens: no version is READY un-warmed
@@ -305,36 +302,10 @@ class Server:
             self.repository.unload_all()
             raise SystemExit("error: creating server: Internal - failed to load all models")
 
-    def request_stop(self) -> None:
-        self._stop.set()
-
-    async def run(self) -> None:
-        loop = asyncio.get_running_loop()
-        # While models load, the loop may be held by a synchronous load: a plain handler runs anyway (the main
-        # thread's waits are interruptible); the loop's own handlers take over once the server is up.
-        starting = _StartSignals(self.options.exit_timeout_secs)
-        try:
-            await self.start()
-        except SystemExit:
-            # A port in use or a failed load: whatever did start is stopped before the process exits.
-            starting.close()
-            await self.stop(drain=False)
-            raise
-        starting.close()
-        for sig in (signal.SIGTERM, signal.SIGINT):
-            try:
-                loop.add_signal_handler(sig, self.request_stop)
-            except (NotImplementedError, RuntimeError):
-                pass
-        if starting.signalled:
-            self.request_stop()  # the load finished within the exit timeout: stop as any stop does, finalize()
-        await self._stop.wait()
-        await self.stop()
-
     async def stop(self, drain: bool = True) -> None:
         """Refuse new work, let in-flight requests finish, then finalize every model, all within the exit timeout:
         what is still in flight at its end is answered UNAVAILABLE, and workers still busy then are killed."""
-        deadline = None
+        deadline = drain_end = None
         cut = 0
         if drain:
             timeout = self.options.exit_timeout_secs
@@ -342,13 +313,14 @@ class Server:
             log.info("Waiting for in-flight requests to complete (timeout %.0fs)", timeout)
             # The last tenth (at most a second) is left for finalize(), so the process exits in time.
             drain_end = deadline - min(1.0, timeout / 10)
-            await self.drain_frontends(drain_end)
+        await self.frontends.quiesce(drain, drain_end)
+        if drain_end is not None:
             drained = await self.service.drain(max(0.0, drain_end - time.monotonic()))
             if not drained:
                 cut = self.service.cut(CUT_MESSAGE)
                 log.warning("Timeout: %d in-flight requests did not complete; answered UNAVAILABLE", cut)
                 await asyncio.sleep(0.05)  # the front ends write those answers
-        await self.close_frontends(deadline, cut)
+        await self.frontends.close(deadline, cut)
         if self._metrics is not None:
             self._metrics.stop()
         self.service.live = False
@@ -356,24 +328,8 @@ class Server:
         self.repository.unload_all(deadline)
         self.service.shared_memory.close()  # unmap what clients left registered
         self.service.tracer.close()  # the traces still held, and the trace file's closing bracket
-        await self.end_frontends(deadline)
+        await self.frontends.end(deadline)
         log.info("All models are stopped, unloading models")
-
-    async def drain_frontends(self, until: float) -> None:
-        """Before the service stops taking requests: this process's front ends are drained by the service's own
-        drain (the model host of --frontend-processes N waits for its front-end processes here)."""
-
-    async def end_frontends(self, deadline: float | None) -> None:
-        """After the models are finalized (the model host of --frontend-processes N reaps its processes here)."""
-
-    async def close_frontends(self, deadline: float | None, cut: int) -> None:
-        """Stop listening and close the connections (after the drain: their answers are written)."""
-        for server in self._servers:
-            server.close()
-        if self._grpc is not None:
-            # grpc.aio cancels what is still running at once, unless a grace lets it send the answers just cut.
-            await self._grpc.stop(grace=min(0.5, max(0.0, deadline - time.monotonic())) if deadline and cut
-                                  else None)
 
 
 class _StartSignals:
@@ -408,12 +364,6 @@ class _StartSignals:
             self._timer.cancel()
         for sig, previous in self._previous.items():
             signal.signal(sig, previous)
-
-
-def _dashboard_url(address: str, port: int) -> str:
-    """Where a browser on this machine opens the dashboard (a wildcard address listens on loopback too)."""
-    host = "localhost" if address in ("", "0.0.0.0", "::") else f"[{address}]" if ":" in address else address
-    return f"http://{host}:{port}/dashboard"
 
 
 def run_process(main: Callable[[], Coroutine[Any, Any, None]]) -> int:

@@ -20,7 +20,7 @@ from naiad.core.errors import InferError
 from naiad.frontends.grpc.inference import Inference
 from naiad.frontends.grpc.server import answers_unparsable, method_table
 from naiad.frontends.grpc.status import GRPC_STATUS
-from naiad.service import Service
+from naiad.service import Face
 
 SERVICE = "inference.GRPCInferenceService"
 SERVICER = "naiad.ray.rpc.add_inference_service"  # gRPCOptions.grpc_servicer_functions
@@ -127,7 +127,7 @@ class Encoded:
         return self.data
 
 
-def local_table(service: Service) -> dict[str, grpc.RpcMethodHandler]:
+def local_table(service: Face) -> dict[str, grpc.RpcMethodHandler]:
     """naiad's gRPC handlers over ``service``, by RPC name, each answering a message that does not parse as Triton
     does."""
     paths = method_table(service, Inference(service))

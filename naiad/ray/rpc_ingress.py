@@ -26,7 +26,7 @@ from naiad.frontends.grpc.ordering import OrderedStream, Slot
 from naiad.frontends.grpc.status import fail
 from naiad.ray.routing import AUTOMATIC, lost
 from naiad.ray.rpc import RPC, STREAM, Encoded, answer, field_text, local_table, status_code
-from naiad.service import Service
+from naiad.service import Face
 
 log = logging.getLogger("naiad.ray")
 
@@ -42,7 +42,7 @@ _INTERNAL = int(grpc.StatusCode.INTERNAL.value[0])
 class RpcIngress:
     """Mixed into the ingress (``Ingress``), which provides ``reach`` and ``summed``."""
 
-    def __init__(self, service: Service) -> None:
+    def __init__(self, service: Face) -> None:
         self.rpc_local = local_table(service)
 
     async def reach(self, name: str, method: str, args: tuple) -> Any:

@@ -25,6 +25,7 @@ from naiad.config.validate import validate, validate_identity
 from naiad.core.errors import STATUS_NAMES, Code, InferError, internal, invalid, not_found, unavailable
 from naiad.repository.consent import check_model_file
 from naiad.repository.devices import check_gpu_limit
+from naiad.repository.events import LOAD, UNLOAD, Entries, Events
 from naiad.repository.layout import model_dirs, select_versions, version_dirs
 from naiad.repository.model import ModelVersion
 from naiad.repository.warmup import warm_up
@@ -67,6 +68,8 @@ class ModelEntry:
     explicit: bool = True
     # The version that serves a request naming none, kept as versions change: found with no search per request.
     newest: ModelVersion | None = field(default=None, init=False, repr=False)
+    # The repository's, once the entry is in it: told of each version loaded and unloaded.
+    events: Events | None = field(default=None, init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         self._versions_changed()
@@ -81,14 +84,21 @@ class ModelEntry:
     def add_version(self, version: int, model: ModelVersion) -> None:
         self.versions[version] = model
         self._versions_changed()
+        if self.events is not None:
+            self.events.emit(LOAD, self.name)
 
     def remove_version(self, version: int) -> None:
         del self.versions[version]
         self._versions_changed()
+        if self.events is not None:
+            self.events.emit(UNLOAD, self.name)
 
     def clear_versions(self) -> None:
+        had = bool(self.versions)
         self.versions.clear()
         self.newest = None
+        if had and self.events is not None:
+            self.events.emit(UNLOAD, self.name)
 
     def _versions_changed(self) -> None:
         self.newest = self.versions[max(self.versions)] if self.versions else None
@@ -116,7 +126,8 @@ class ModelRepository:
     def __init__(self, options: RepositoryOptions) -> None:
         set_backend_directory(options.backend_directory)
         self.options = options
-        self.models: dict[str, ModelEntry] = {}
+        self.events = Events()  # loads, unloads and changes, as they happen
+        self.models: dict[str, ModelEntry] = Entries(self.events)
         self._load_pool: ThreadPoolExecutor | None = None  # --model-load-thread-count: every load
         self.core: Core | None = None  # the service, which sets itself here: models that call models reach it
         self.loop: asyncio.AbstractEventLoop | None = None  # the server's loop, once loading starts on it

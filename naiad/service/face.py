@@ -5,7 +5,8 @@ shared-memory registry, trace and log settings, and the dashboard's feed.
 Front ends decode their wire format into ``InferRequest`` and encode ``InferResponse``; none of them reaches
 into the repository, a scheduler or a backend. Arguments and results are plain values (names, versions, dicts
 and lists, requests and responses, bytes; a model is a ``ModelView``), so the face can be a function call, as
-here, or a channel to a model host in another process (``remote.RemoteService``, the same signatures).
+here, or a channel to a model host in another process (``remote.RemoteService``): both implement the protocols
+of ``faces.py`` (inference, models, SageMaker, administration), which front ends depend on.
 
 Two kinds of method, so that nothing a front end calls ever blocks its event loop:
 - answered at once, from what this process knows: health (``live``, ``is_ready``, ``model_ready``), server
@@ -60,7 +61,33 @@ EXTENSIONS = [
 ]
 
 
-class Service:
+class Draining:
+    """What both faces share of a drain: it stops taking requests and waits for those in flight (whoever finishes
+    the last sets ``_idle``)."""
+
+    accepting: bool
+    _idle: asyncio.Event | None
+
+    @property
+    def in_flight(self) -> int:
+        raise NotImplementedError
+
+    async def drain(self, timeout: float) -> bool:
+        """Stop taking requests and wait for in-flight ones; True if all finished in time."""
+        self.accepting = False
+        if self.in_flight == 0:
+            return True
+        self._idle = asyncio.Event()
+        try:
+            await asyncio.wait_for(self._idle.wait(), timeout)
+            return True
+        except asyncio.TimeoutError:
+            return False
+
+
+class Service(Draining):
+    """The face in one process (and the model host's): every protocol of ``faces.py``, over the repository."""
+
     def __init__(self, repository: ModelRepository, strict_readiness: bool = True,
                  control: ModelControl | None = None, residency: Residency | None = None) -> None:
         self.repository = repository
@@ -204,18 +231,6 @@ class Service:
             respond(InferResponse(request.model_name, request.model_version, request.id, error=error))
             cut += 1
         return cut
-
-    async def drain(self, timeout: float) -> bool:
-        """Stop taking requests and wait for in-flight ones; True if all finished in time."""
-        self.accepting = False
-        if self.in_flight == 0:
-            return True
-        self._idle = asyncio.Event()
-        try:
-            await asyncio.wait_for(self._idle.wait(), timeout)
-            return True
-        except asyncio.TimeoutError:
-            return False
 
     # --- health and metadata ------------------------------------------------------------------------------------
 
@@ -361,25 +376,29 @@ class Service:
         """An invocation of ``name``: mark it used now (False: no resident model has that name)."""
         return self._residency().touch(name)
 
-    def sagemaker_hit(self, target: str) -> ModelView | None:
-        """``target``'s view where it is loaded and ready (counted as a cache hit, and marked used); None: a miss,
-        or not known here without waiting (across processes): then await ``sagemaker_ensure``. Queue its request
-        with ``sagemaker_infer``."""
-        return self.repository.get(target).view if self._residency().hit(target) else None
-
     async def sagemaker_ensure(self, target: str) -> ModelView:
         """Make ``target`` served, downloading and loading its archive on a miss (raises ``ArchiveError`` or
-        ``InferError``); its view. Queue its request with ``sagemaker_infer``."""
+        ``InferError``); its view, for ``sagemaker_infer``."""
         await self._residency().ensure(target)
         return self.repository.get(target).view  # before anything else runs: the model is kept for this request until it is queued
 
-    def sagemaker_infer(self, request: InferRequest, view: ModelView) -> asyncio.Future[InferResponse]:
-        """``infer`` for the target model a ``sagemaker_hit`` or ``sagemaker_ensure`` just gave ``view`` of, marked
-        used. Called before the caller yields, as here, nothing can evict the model in between; a front-end
-        process's host loads it again where an eviction came first (``service.hosting``)."""
-        future = self.infer(request, view)
-        self._residency().touch(request.model_name)
-        return future
+    def sagemaker_infer(self, request: InferRequest, view: ModelView | None = None,
+                        future: asyncio.Future[InferResponse] | None = None
+                        ) -> tuple[ModelView, asyncio.Future[InferResponse]] | None:
+        """A request to a multi-model target (``request.model_name``), queued and marked used in one call: without
+        ``view``, where the target is loaded and ready (the cache's hit, counted); None: a miss: await
+        ``sagemaker_ensure``, then call again with the view it gave before yielding (nothing can evict the model
+        in between here; a front-end process's host loads it again where an eviction came first). The view the
+        request is queued to, and its answer; ``future`` as ``infer`` takes it."""
+        residency = self._residency()
+        name = request.model_name
+        if view is None:
+            if not residency.hit(name):
+                return None
+            view = self.repository.get(name).view
+        answer = self.infer(request, view, future)
+        residency.touch(name)
+        return view, answer
 
     def sagemaker_stats(self) -> EndpointStats:
         """The endpoint's counters (CloudWatch's): plain numbers the SageMaker front end adds its invocations to."""

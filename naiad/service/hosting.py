@@ -16,14 +16,13 @@ import inspect
 import logging
 import socket
 import weakref
-from typing import Any, Callable
+from typing import Any, Awaitable, Callable
 
 from naiad.core.answer import Answer
 from naiad.core.errors import Code, InferError, internal
 from naiad.core.model_view import ModelView
 from naiad.core.request import InferRequest, InferResponse
-from naiad.repository.consent import CodeConsent
-from naiad.service import wire
+from naiad.service import calls, wire
 from naiad.service.endpoint import BEAT_SECONDS, ChannelEnd
 from naiad.service.face import Service
 from naiad.service.precheck import Undo, undo
@@ -38,6 +37,17 @@ _TOUCH, _BEAT, _LOST = wire.TOUCH, wire.BEAT, wire.LOST
 _FAULTS = (Code.INTERNAL, Code.UNAVAILABLE, Code.UNKNOWN)  # failures that may have changed a model's readiness
 USES_SECONDS = 2.0  # how long an unregister waits for each front end to say which regions its requests hold
 SILENT_SECONDS = 4 * BEAT_SECONDS  # a front end heard from by nothing for this long is not waited for
+_OWN: dict[str, str] = {}  # the calls a link answers itself (it needs its own state), by name: its method's
+
+
+def _handles(call: calls.Call) -> Callable[[Callable], Callable]:
+    """Marks a link's method as the host's handler of ``call`` (the others go to the face method of its name)."""
+
+    def mark(method: Callable) -> Callable:
+        _OWN[call.name] = method.__name__
+        return method
+
+    return mark
 
 
 def state_of(service: Service) -> tuple:
@@ -350,33 +360,38 @@ class Link(ChannelEnd):
             self._unread(message, exc)
             return
         id_ = message[1]
-        if self.service.sagemaker_hit(request.model_name) is not None:
-            self._queue(id_, request)
-            self.service.sagemaker_touch(request.model_name)  # (as ``sagemaker_infer`` follows a hit in one process)
-        else:
+        if not self._queue(id_, request, target=True):
             self._track(id_, asyncio.ensure_future(self._reload(id_, request)))
 
     async def _reload(self, id_: int, request: InferRequest) -> None:
         try:
-            await self.service.sagemaker_ensure(request.model_name)
+            view = await self.service.sagemaker_ensure(request.model_name)
         except InferError as exc:
             self._result(id_, InferResponse(request.model_name, request.model_version, request.id, error=exc))
             return
-        self._queue(id_, request)  # before anything else runs: the model is kept for it until then
-        self.service.sagemaker_touch(request.model_name)
+        self._queue(id_, request, view)  # before anything else runs: the model is kept for it until then
         self._on_change()
 
-    def _queue(self, id_: int, request: InferRequest) -> None:
-        """A unary request to the face: answered by one RESULT, now (refused) or when it completes."""
+    def _queue(self, id_: int, request: InferRequest, ensured: ModelView | None = None, target: bool = False
+               ) -> bool:
+        """A unary request to the face: answered by one RESULT, now (refused) or when it completes. A SageMaker
+        target's (``target``, or ``ensured``: the view its load gave) goes by ``sagemaker_infer``: False where
+        it missed (nothing queued)."""
         answer = Pending(self, id_)
         self.requests[id_] = answer
         try:
             if request.checked is not None:
                 self.settle(request)
-            self.service.infer(request, None, answer)  # type: ignore[arg-type]
+            if target or ensured is not None:
+                if self.service.sagemaker_infer(request, ensured, answer) is None:  # type: ignore[arg-type]
+                    self.requests.pop(id_, None)
+                    return False
+            else:
+                self.service.infer(request, None, answer)  # type: ignore[arg-type]
         except InferError as exc:
             self.requests.pop(id_, None)
             self._result(id_, InferResponse(request.model_name, request.model_version, request.id, error=exc))
+        return True
 
     def _result(self, id_: int, response: InferResponse) -> None:
         error = response.error
@@ -399,47 +414,69 @@ class Link(ChannelEnd):
             response.final = wire.REFUSED  # type: ignore[assignment]
             self._result(id_, response)
 
-    # --- calls --------------------------------------------------------------------------------------------------
+    # --- calls: dispatched by their declarations (``calls.py``) --------------------------------------------------
 
     def _call(self, id_: int, method: str, args: tuple) -> None:
-        if method not in wire.CALLS:
+        call = calls.CALLS.get(method)
+        if call is None:
             self.send((_REPLY, id_, False, ("InferError", "INTERNAL", f"no such call: {method}")))
             return
         try:
-            if method == "model":
-                self.send((_REPLY, id_, True, self._view(*args)))
-                return
-            if method == "load_model" and args[3] is not None:
-                args = (*args[:3], CodeConsent(*args[3]))
-            if method == "shm_register":
-                self.service.shared_memory.register(*args)
-                # Every front end learns of it before the client is answered: a request through any may name it.
-                for link in self._peers():
-                    link.send((wire.REGION, *args))
-                    if link is not self:
-                        link._flush()
-                self.send((_REPLY, id_, True, None))
-                return
-            if method in ("shm_unregister", "shm_unregister_all"):
-                task = asyncio.ensure_future(self._unregister(list(args) if args else None))
-                task.add_done_callback(lambda t: self._called(id_, method, t))
-                return
-            value = getattr(self.service, method)(*args)
+            own = _OWN.get(method)
+            handler = getattr(self, own) if own is not None else getattr(self.service, method)
+            value = handler(*call.receive(args))
             if inspect.isawaitable(value):
                 task = asyncio.ensure_future(value)
                 self._track(-id_, task)  # negative: calls and requests number apart
-                task.add_done_callback(lambda t: self._called(id_, method, t, args))
+                task.add_done_callback(lambda t: self._called(id_, call, t))
                 return
+            self.send((_REPLY, id_, True, self._pack(call, value)))
         except Exception as exc:
             self.send((_REPLY, id_, False, error_value(exc)))
-            return
-        self.send((_REPLY, id_, True, plain(method, value)))
 
-    def _view(self, name: str, version: str = "") -> tuple:
-        """A "model" call's answer (``wire.View``): the view, and what the front end checks its requests with."""
+    def _called(self, id_: int, call: calls.Call, task: asyncio.Future) -> None:
+        if task.cancelled():
+            return
+        if call.changes:
+            self._on_change()  # before the answer: a client told "loaded" finds it loaded through any front end
+        exc = task.exception()
+        if exc is not None:
+            self.send((_REPLY, id_, False, error_value(exc)))
+            return
+        self.send((_REPLY, id_, True, self._pack(call, task.result())))
+
+    def _pack(self, call: calls.Call, value: Any) -> Any:
+        """A call's answer as it crosses; a view numbered here (after the INVALIDATE its change sent)."""
+        return self._wire_view(value) if call.answer is calls.VIEW else call.answer.pack(value)
+
+    @_handles(calls.MODEL)
+    def _model(self, name: str, version: str = "") -> ModelView:
         view = self.service.view(name, version)
         assert view is not None  # (the host's own face knows every view)
-        return self._wire_view(view)
+        return view
+
+    @_handles(calls.SHM_REGISTER)
+    def _shm_register(self, name: str, key: str, offset: int, byte_size: int) -> None:
+        self.service.shared_memory.register(name, key, offset, byte_size)
+        # Every front end learns of it before the client is answered: a request through any may name it.
+        for link in self._peers():
+            link.send((wire.REGION, name, key, offset, byte_size))
+            if link is not self:
+                link._flush()
+
+    @_handles(calls.SHM_UNREGISTER)
+    def _shm_unregister(self, name: str) -> Awaitable[None]:
+        return self._unregister([name])
+
+    @_handles(calls.SHM_UNREGISTER_ALL)
+    def _shm_unregister_all(self) -> Awaitable[None]:
+        return self._unregister(None)
+
+    @_handles(calls.UPDATE_LOG_SETTINGS)
+    async def _update_log_settings(self, changes: dict[str, Any]) -> None:
+        await self.service.update_log_settings(changes)
+        for link in self._peers():
+            link.send((wire.LOGS, changes))  # each front end logs as the host does
 
     def _wire_view(self, view: ModelView) -> tuple:
         handle = view.handle
@@ -512,23 +549,6 @@ class Link(ChannelEnd):
             raise internal("Failed to unregister the following system shared memory regions: "
                            + "".join(f"{name} ," for name in failed))
 
-    def _called(self, id_: int, method: str, task: asyncio.Future, args: tuple = ()) -> None:
-        if task.cancelled():
-            return
-        if method in wire.CHANGES:
-            self._on_change()  # before the answer: a client told "loaded" finds it loaded through any front end
-        exc = task.exception()
-        if exc is not None:
-            self.send((_REPLY, id_, False, error_value(exc)))
-            return
-        value = task.result()
-        if method == "sagemaker_ensure":
-            value = self._wire_view(value)  # the view taken as the load ended, numbered after the INVALIDATE
-        elif method == "update_log_settings":
-            for link in self._peers():
-                link.send((wire.LOGS, args[0]))  # each front end logs as the host does
-        self.send((_REPLY, id_, True, plain(method, value)))
-
 
 async def _held(link: Link, names: list[str] | None) -> list[str]:
     """Which of ``names`` a request in ``link``'s front end holds; none, from one that doesn't say in time or has
@@ -543,12 +563,3 @@ async def _held(link: Link, names: list[str] | None) -> list[str]:
         log.warning("a front-end process did not say within %.0f s whether it uses the shared-memory regions being "
                     "unregistered; unregistered anyway", USES_SECONDS)
         return []
-
-
-def plain(method: str, value: Any) -> Any:
-    """A call's result as marshal carries it."""
-    if method == "model_config_message":
-        return value.SerializeToString()
-    if method == "sagemaker_models_root":
-        return str(value)
-    return value

@@ -5,8 +5,8 @@ Nothing here blocks the event loop, and nothing waits without a deadline:
 - health (``live``, ``is_ready``, ``model_ready``) and server metadata are answered at once from the state the host
   pushes (``hosting.Pulse``); a host heard from by no message for ``STALL_SECONDS`` has stalled, and health says
   "not ready" until it is heard again;
-- every other call is a coroutine that awaits its REPLY for at most ``CALL_SECONDS`` (``CHANGE_SECONDS`` for loads
-  and unloads), then answers UNAVAILABLE;
+- every other call is a coroutine that awaits its REPLY for at most its declared deadline (``calls.py``: a
+  minute; ten for loads and unloads), then answers UNAVAILABLE;
 - inference is asynchronous: a request goes out as one datagram (tensors in shared memory when large, inline when
   shared memory runs short) and its future is resolved when the host's RESULT comes; a client that goes away
   cancels it there. A request with a timeout whose answer hasn't come when it expires, from a host that has
@@ -28,25 +28,22 @@ from functools import partial
 from pathlib import Path
 from typing import Any, AsyncIterator, Callable
 
-from naiad.config import ModelConfig
 from naiad.core.errors import Code, InferError, internal, unavailable
 from naiad.core.model_view import ModelView
 from naiad.core.request import InferRequest, InferResponse
 from naiad.core.settings import LogSettings
-from naiad.repository.consent import CodeConsent
 from naiad.sagemaker.contract import ArchiveError, UrlRefused
 from naiad.sagemaker.counters import EndpointStats
-from naiad.service import wire
+import naiad
+from naiad.service import calls, wire
 from naiad.service.endpoint import BEAT_SECONDS, ChannelEnd
-from naiad.service.face import Service
+from naiad.service.face import EXTENSIONS, Draining
 from naiad.service.mirrors import ForwardedStats, SharedRegistry
 from naiad.service.precheck import Precheck
 
 log = logging.getLogger("naiad")
 
 MAX_IN_FLIGHT = 4096  # requests at the host at once, from one front end
-CALL_SECONDS = 60.0  # how long a call waits for the host's answer
-CHANGE_SECONDS = 600.0  # ... a load or an unload (a model may take long to initialize; a download, longer)
 STALL_SECONDS = 1.0  # a host heard from by nothing for this long has stalled (it beats every 0.25 s)
 TIMEOUT_EXPIRED = "Request timeout expired"  # Triton's words for a request whose timeout ran out before it ran
 _ERRORS = {cls.__name__: cls for cls in (InferError, UrlRefused, ArchiveError)}
@@ -60,8 +57,8 @@ def error_of(value: tuple[str, str, str]) -> InferError:
     return _ERRORS.get(kind, InferError)(message, Code[code])
 
 
-class RemoteService(ChannelEnd, Service):
-    def __init__(self, sock: socket.socket, on_lost: Callable[[], None]) -> None:  # noqa: no super().__init__
+class RemoteService(ChannelEnd, Draining):
+    def __init__(self, sock: socket.socket, on_lost: Callable[[], None]) -> None:
         self._open(sock)
         self._on_lost = on_lost
         self._next_id = 0
@@ -245,29 +242,20 @@ class RemoteService(ChannelEnd, Service):
                 raise unavailable("Server not ready")  # (the host's first state comes before any front end serves)
         return self._state
 
-    @property  # type: ignore[override]
+    @property
     def live(self) -> bool:
         return self._state is not None and bool(self._state[1])
 
-    @live.setter
-    def live(self, value: bool) -> None:
-        pass  # the host's
-
-    @property  # type: ignore[override]
+    @property
     def failure(self) -> InferError | None:
         return None if self._failure is None else unavailable(self._failure)
 
-    @failure.setter
-    def failure(self, value: InferError | None) -> None:
-        pass  # the host's
-
-    @property  # type: ignore[override]
+    @property
     def server_id(self) -> str:
         return str(self._known()[5])
 
-    @server_id.setter
-    def server_id(self, value: str) -> None:
-        pass
+    def server_metadata(self) -> dict[str, Any]:
+        return {"name": self.server_id, "version": naiad.__version__, "extensions": EXTENSIONS}
 
     @property
     def control_mode(self) -> str:
@@ -421,20 +409,19 @@ class RemoteService(ChannelEnd, Service):
     def cut(self, message: str) -> int:
         return 0  # the host answers what is left in flight; its answers still come through here
 
-    # --- calls --------------------------------------------------------------------------------------------------
+    # --- calls: each built from its declaration (``calls.py``) ---------------------------------------------------
 
-    async def _call(self, method: str, *args: Any) -> Any:
-        """Ask the host; its answer, or UNAVAILABLE when none comes within the call's deadline."""
+    async def call(self, call: calls.Call, args: tuple) -> Any:
+        """Ask the host; its answer (as it crossed), or UNAVAILABLE when none comes within the call's deadline."""
         assert self.loop is not None
         id_ = self._id()
         future = self.loop.create_future()
         self._calls[id_] = future
-        self.send((wire.CALL, id_, method, args))
-        seconds = CHANGE_SECONDS if method in wire.CHANGES else CALL_SECONDS
+        self.send((wire.CALL, id_, call.name, args))
         try:
-            ok, value = await asyncio.wait_for(future, seconds)
+            ok, value = await asyncio.wait_for(future, call.seconds)
         except asyncio.TimeoutError:
-            raise unavailable(f"the model host did not answer within {seconds:.0f} s") from None
+            raise unavailable(f"the model host did not answer within {call.seconds:.0f} s") from None
         finally:
             self._calls.pop(id_, None)
         if not ok:
@@ -445,7 +432,7 @@ class RemoteService(ChannelEnd, Service):
         view = self.view(name, version)
         if view is None:
             seen = self._invalidated
-            view = self._kept((name, version), await self._call("model", name, version), seen)
+            view = self._kept((name, version), await self.call(calls.MODEL, (name, version)), seen)
         return view
 
     def _kept(self, key: tuple[str, str], fresh: tuple, seen: int) -> ModelView:
@@ -457,66 +444,43 @@ class RemoteService(ChannelEnd, Service):
             self._views[key] = view
         return view
 
-    async def model_metadata(self, name: str, version: str = "") -> dict[str, Any]:
-        return await self._call("model_metadata", name, version)  # type: ignore[no-any-return]
-
-    async def model_config(self, name: str, version: str = "") -> dict[str, Any]:
-        return await self._call("model_config", name, version)  # type: ignore[no-any-return]
-
-    async def model_config_message(self, name: str, version: str = "") -> ModelConfig:
-        config = ModelConfig()
-        config.ParseFromString(await self._call("model_config_message", name, version))
-        return config
-
-    async def model_statistics(self, name: str = "", version: str = "") -> dict[str, Any]:
-        return await self._call("model_statistics", name, version)  # type: ignore[no-any-return]
-
-    async def repository_index(self, ready_only: bool = False) -> list[dict[str, str]]:
-        return await self._call("repository_index", ready_only)  # type: ignore[no-any-return]
-
-    async def load_model(self, name: str, config: str | None = None, files: dict[str, bytes] | None = None,
-                         consent: CodeConsent | None = None) -> None:
-        await self._call("load_model", name, config, files,
-                         None if consent is None else (consent.keyed, consent.restrict))
-
-    async def unload_model(self, name: str, unload_dependents: bool = False) -> None:
-        await self._call("unload_model", name, unload_dependents)
+    model_metadata = calls.MODEL_METADATA.remote()
+    model_config = calls.MODEL_CONFIG.remote()
+    model_config_message = calls.MODEL_CONFIG_MESSAGE.remote()
+    model_statistics = calls.MODEL_STATISTICS.remote()
+    repository_index = calls.REPOSITORY_INDEX.remote()
+    load_model = calls.LOAD_MODEL.remote()
+    unload_model = calls.UNLOAD_MODEL.remote()
 
     def model_metrics(self, quantiles: list[float] | None = None) -> list[dict[str, Any]]:
         raise internal("the metrics page is served by the model host")
 
-    async def sagemaker_models(self) -> list[dict[str, Any]]:
-        return await self._call("sagemaker_models")  # type: ignore[no-any-return]
-
-    async def sagemaker_model(self, key: str) -> dict[str, Any] | None:
-        return await self._call("sagemaker_model", key)  # type: ignore[no-any-return]
-
-    async def sagemaker_load(self, key: str, url: str, target: str) -> None:
-        await self._call("sagemaker_load", key, url, target)
-
-    async def sagemaker_unload(self, key: str) -> None:
-        await self._call("sagemaker_unload", key)
+    sagemaker_models = calls.SAGEMAKER_MODELS.remote()
+    sagemaker_model = calls.SAGEMAKER_MODEL.remote()
+    sagemaker_load = calls.SAGEMAKER_LOAD.remote()
+    sagemaker_unload = calls.SAGEMAKER_UNLOAD.remote()
 
     def sagemaker_touch(self, name: str) -> bool:
         self.send((wire.TOUCH, name))
         return True  # (the host knows whether it is resident; nothing here depends on it)
 
-    def sagemaker_hit(self, target: str) -> ModelView | None:
-        """The view of ``target`` known here (None: await ``sagemaker_ensure``). Its request, sent by
-        ``sagemaker_infer``, is the host's cache hit, or its miss where the model went meanwhile (it loads it again
-        first): no call."""
-        return self.view(target)
-
     async def sagemaker_ensure(self, target: str) -> ModelView:
         seen = self._invalidated
-        return self._kept((target, ""), await self._call("sagemaker_ensure", target), seen)
+        return self._kept((target, ""), await self.call(calls.SAGEMAKER_ENSURE, (target,)), seen)
 
-    def sagemaker_infer(self, request: InferRequest, view: ModelView) -> asyncio.Future[InferResponse]:
-        """As ``infer``, sent as ``ENSURED``: the host marks the model used, or loads it again first where an
-        eviction came since the load that gave ``view``."""
+    def sagemaker_infer(self, request: InferRequest, view: ModelView | None = None,
+                        future: asyncio.Future[InferResponse] | None = None
+                        ) -> tuple[ModelView, asyncio.Future[InferResponse]] | None:
+        """Sent as ``ENSURED`` where the target's view is known here (None: await ``sagemaker_ensure``): the host
+        counts the hit, marks the model used and queues it, or loads it again first where an eviction came since
+        (no call either way)."""
+        if view is None:
+            view = self.view(request.model_name)
+            if view is None:
+                return None
         if not self.accepting:
             raise unavailable("Server is not ready to accept requests (shutting down)")
-        return self._send_unary(wire.ENSURED, request, view)
+        return view, self._send_unary(wire.ENSURED, request, view, future)
 
     def sagemaker_stats(self) -> EndpointStats:
         return self.stats
@@ -525,41 +489,23 @@ class RemoteService(ChannelEnd, Service):
         raise internal("the metrics page is served by the model host")
 
     async def shm_register(self, name: str, key: str, offset: int, byte_size: int) -> None:
-        await self._call("shm_register", name, key, offset, byte_size)  # (REGION comes before the answer)
+        # (every front end hears of the region, REGION, before the answer)
+        await self.call(calls.SHM_REGISTER, (name, key, offset, byte_size))
         # Opened here at once, as one process does: the registering client's requests find it whatever happens to
         # its object next (the other front ends open it when a request first names it).
         self.shared_memory.learn(name, key, offset, byte_size)
         self.shared_memory.attach(name, key, offset, byte_size)
 
-    async def shm_unregister(self, name: str) -> None:
-        await self._call("shm_unregister", name)  # the host asks every front end whether a request holds it
-
-    async def shm_unregister_all(self) -> None:
-        await self._call("shm_unregister_all")
-
-    async def shm_status(self, name: str = "") -> list[dict[str, Any]]:
-        return await self._call("shm_status", name)  # type: ignore[no-any-return]
-
-    async def shm_cuda_status(self, name: str = "") -> list[dict[str, Any]]:
-        return await self._call("shm_cuda_status", name)  # type: ignore[no-any-return]
-
-    async def shm_cuda_register(self, name: str) -> None:
-        await self._call("shm_cuda_register", name)
-
-    async def trace_settings(self, model: str = "") -> dict[str, Any]:
-        return await self._call("trace_settings", model)  # type: ignore[no-any-return]
-
-    async def update_trace_settings(self, model: str, changes: dict[str, Any]) -> None:
-        await self._call("update_trace_settings", model, changes)
-
-    async def log_settings_values(self) -> dict[str, Any]:
-        return await self._call("log_settings_values")  # type: ignore[no-any-return]
-
-    async def update_log_settings(self, changes: dict[str, Any]) -> None:
-        await self._call("update_log_settings", changes)
-
-    async def dashboard_feed(self, port: str) -> dict[str, Any]:
-        return await self._call("dashboard_feed", port)  # type: ignore[no-any-return]
+    shm_unregister = calls.SHM_UNREGISTER.remote()  # the host asks every front end whether a request holds it
+    shm_unregister_all = calls.SHM_UNREGISTER_ALL.remote()
+    shm_status = calls.SHM_STATUS.remote()
+    shm_cuda_status = calls.SHM_CUDA_STATUS.remote()
+    shm_cuda_register = calls.SHM_CUDA_REGISTER.remote()
+    trace_settings = calls.TRACE_SETTINGS.remote()
+    update_trace_settings = calls.UPDATE_TRACE_SETTINGS.remote()
+    log_settings_values = calls.LOG_SETTINGS_VALUES.remote()
+    update_log_settings = calls.UPDATE_LOG_SETTINGS.remote()
+    dashboard_feed = calls.DASHBOARD_FEED.remote()
 
     def close(self) -> None:
         self._stop_sweeping()

@@ -21,9 +21,10 @@ class Kind(IntEnum):
     READY = 104  # the front end listens on its ports
     USED = 105  # the answer to USES: which of those regions a request here holds
     STATS = 106  # SageMaker's invocation counters since the last STATS: add them to the host's
-    # A unary request (as INFER) for a SageMaker target model that a "sagemaker_hit" or "sagemaker_ensure" CALL
-    # made resident just before: the host marks it used and queues it, or, where an eviction took the model in
-    # between, loads it again first (as one process, which queues it within the hit or the load, would have).
+    # A unary request (as INFER) for a SageMaker target model (``sagemaker_infer``) whose view the front end knows
+    # (kept, or from a "sagemaker_ensure" CALL): the host counts the hit, marks it used and queues it, or, where an
+    # eviction took the model since, loads it again first (as one process, which queues it within the hit or the
+    # load, would have).
     ENSURED = 107
     TOUCH = 108  # an invocation of a SageMaker model (by name) queued as INFER: mark it used (no answer)
     # Host -> front end.
@@ -113,6 +114,7 @@ class Result(NamedTuple):
 
 
 class Call(NamedTuple):
+    """A face method the host answers, by name, with its arguments' record: each declared in ``calls.py``."""
     kind: int
     id: int
     method: str
@@ -123,7 +125,7 @@ class Reply(NamedTuple):
     kind: int
     id: int
     ok: bool
-    value: Any  # the result, or (error class name, Code name, message) of an error
+    value: Any  # the result, as its declaration packs it, or (error class name, Code name, message) of an error
 
 
 class Cancel(NamedTuple):
@@ -132,24 +134,8 @@ class Cancel(NamedTuple):
 
 
 class View(NamedTuple):
-    """The value of a "model" CALL: the view's fields but its handle (the host's own object), then what a front end
-    checks requests with."""
+    """The answer of a "model" or "sagemaker_ensure" CALL (``calls.VIEW``): the view's fields but its handle (the
+    host's own object), then what a front end checks requests with."""
     fields: tuple  # ModelView's, handle left out
     number: int  # the host's number for this version, for its requests' ``checked``; valid until an INVALIDATE
     config: bytes  # the version's ModelConfig, serialized: the front end builds its signature from it
-
-
-# Face methods the host answers by CALL (plain arguments and results): the face's coroutines. ``infer`` and ``stream``
-# have their own paths, and what a front end answers at once comes with the pushed ``State``; nothing more is
-# callable. "model" answers a ``View``; so does "sagemaker_ensure", the target's view: the request that follows
-# needs no other call, in which an eviction could come.
-CALLS = frozenset({
-    "model", "model_metadata", "model_config", "model_config_message", "model_statistics", "repository_index",
-    "load_model", "unload_model",
-    "sagemaker_models", "sagemaker_model", "sagemaker_load", "sagemaker_unload", "sagemaker_ensure",
-    "shm_register", "shm_unregister", "shm_unregister_all", "shm_status", "shm_cuda_status", "shm_cuda_register",
-    "trace_settings", "update_trace_settings", "log_settings_values", "update_log_settings", "dashboard_feed",
-})
-
-# Calls that change which versions serve: the host tells every front end to forget its views before it answers.
-CHANGES = frozenset({"load_model", "unload_model", "sagemaker_load", "sagemaker_unload", "sagemaker_ensure"})

@@ -21,7 +21,7 @@ import orjson
 from naiad.core.restricted import Restrictions
 from naiad.frontends.replies import JSON, Deferred, Reply, later
 from naiad.frontends.replies import method_not_allowed as _method_not_allowed
-from naiad.service import Service
+from naiad.service import Administration
 
 # The restricted-API categories whose data the feed shows (naiad/core/restricted.py): the feed is fenced by each.
 CATEGORIES = ("health", "metadata", "model-config", "model-repository", "statistics")
@@ -46,7 +46,7 @@ _TO_PAGE = Reply(301, b"", b"text/plain", [(b"Location", b"../dashboard"), (b"Ca
 
 
 class Dashboard:
-    def __init__(self, service: Service, restricted: Restrictions, port: str = "http") -> None:
+    def __init__(self, service: Administration, restricted: Restrictions, port: str = "http") -> None:
         self.service = service
         self.port = port
         # (lower-cased header name, value, refusal) for each restricted category the feed falls under.

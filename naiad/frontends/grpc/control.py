@@ -13,11 +13,11 @@ from tritonclient.grpc import service_pb2 as pb
 from naiad.core.errors import invalid
 from naiad.core.settings import LOG_KEYS, log_changes, no_file_change, trace_changes
 from naiad.frontends.grpc.codec import parse_version
-from naiad.service import CodeConsent, Service, decode_files
+from naiad.service import CodeConsent, Face, decode_files
 
 
 class Control:
-    def __init__(self, service: Service, consent: CodeConsent | None = None) -> None:
+    def __init__(self, service: Face, consent: CodeConsent | None = None) -> None:
         self.service = service
         # May a load carry code (consent.py)? Only when model-repository is restricted here, or the operator says so.
         self.consent = consent or CodeConsent(False, "--grpc-restricted-protocol")

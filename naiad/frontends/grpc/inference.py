@@ -31,7 +31,8 @@ from naiad.frontends.grpc.codec import (
 from naiad.frontends.grpc.options import GrpcOptions
 from naiad.frontends.grpc.ordering import OrderedStream, Slot
 from naiad.frontends.grpc.status import fail
-from naiad.service import ModelView, Service
+from naiad.service import Face, ModelView
+from naiad.service import Inference as InferenceFace
 
 log = logging.getLogger("naiad.grpc")
 
@@ -61,7 +62,7 @@ class _Failure:
 
 
 class Inference:
-    def __init__(self, service: Service, options: GrpcOptions | None = None) -> None:
+    def __init__(self, service: Face, options: GrpcOptions | None = None) -> None:
         self.service = service
         # None unless configured: the only per-request cost is the attribute check.
         self.forward = (options or GrpcOptions()).header_forward
@@ -154,7 +155,7 @@ class Inference:
 class _Stream(OrderedStream):
     """One ModelStreamInfer call: the reader queues requests, each request's responses go to ``outbox``."""
 
-    def __init__(self, service: Service, forwarded: dict[str, str] | None = None, grpc_errors: bool = False) -> None:
+    def __init__(self, service: InferenceFace, forwarded: dict[str, str] | None = None, grpc_errors: bool = False) -> None:
         super().__init__()
         self.service = service
         self.forwarded = forwarded  # the stream's forwarded metadata, given to each of its requests

@@ -31,7 +31,7 @@ from naiad.frontends.grpc.inference import UNPARSABLE, UNPARSABLE_MESSAGE, Infer
 from naiad.frontends.grpc.options import GrpcOptions
 from naiad.frontends.grpc.raw_contents import SPLIT, response_tail, split_request
 from naiad.frontends.grpc.status import fail
-from naiad.service import CodeConsent, Service
+from naiad.service import CodeConsent, Face
 
 log = logging.getLogger("naiad.grpc")
 
@@ -124,7 +124,7 @@ def _restricted(handler: grpc.RpcMethodHandler, restrictions: Restrictions, cate
     return handler._replace(unary_unary=unary)
 
 
-def method_table(service: Service, inference: Inference, restrictions: Restrictions | None = None
+def method_table(service: Face, inference: Inference, restrictions: Restrictions | None = None
                  ) -> dict[str, grpc.RpcMethodHandler]:
     """Every RPC's handler by its HTTP/2 path (``/package.Service/Method``), for either server engine; those in a
     restricted category check the caller's metadata first (handlers are wrapped only when restricted)."""
@@ -229,7 +229,7 @@ def split_infer(inference: Inference) -> grpc.RpcMethodHandler:
     return grpc.unary_unary_rpc_method_handler(infer, request_deserializer=parse, response_serializer=serialize)
 
 
-async def start(service: Service, options: GrpcOptions, gate: Gate | None = None,
+async def start(service: Face, options: GrpcOptions, gate: Gate | None = None,
                 port: ports.Port | None = None) -> Any:
     """The gRPC server as ``options.engine`` says; either answers ``await stop(grace=None)``. ``gate``: the port's
     admission, its cap lowered to fit the open file limit (default: the flags'). ``port``: the lean engine's

@@ -41,11 +41,11 @@ from naiad.frontends.replies import (
 )
 from naiad.frontends.replies import method_not_allowed as _method_not_allowed
 from naiad.frontends.replies import not_found as _not_found
-from naiad.service import CodeConsent, ModelView, Service, decode_files
+from naiad.service import CodeConsent, Face, ModelView, decode_files
 
 
 class Router:
-    def __init__(self, service: Service, options: HttpOptions | None = None,
+    def __init__(self, service: Face, options: HttpOptions | None = None,
                  max_input_size: int = 64 * 1024 * 1024) -> None:
         self.service = service
         self.max_input_size = max_input_size  # --http-max-input-size: also what a compressed body may expand to

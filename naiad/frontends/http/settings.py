@@ -14,12 +14,12 @@ import orjson
 from naiad.core.errors import invalid
 from naiad.core.settings import LOG_KEYS, log_changes, no_file_change, trace_changes
 from naiad.frontends.replies import Reply, json_reply
-from naiad.service import Service
+from naiad.service import Administration, Face
 
 _JSON_TYPES = {bool: "boolean", int: "unsigned-integer", str: "string", list: "array"}
 
 
-async def trace(service: Service, method: bytes, model: str, body: bytes | bytearray) -> Reply:
+async def trace(service: Face, method: bytes, model: str, body: bytes | bytearray) -> Reply:
     if model and not service.model_ready(model):
         raise invalid(f"Request for unknown model : {model}")
     if method == b"POST":
@@ -41,7 +41,7 @@ async def trace(service: Service, method: bytes, model: str, body: bytes | bytea
                        for key, value in (await service.trace_settings(model)).items()})
 
 
-async def logging(service: Service, method: bytes, body: bytes | bytearray) -> Reply:
+async def logging(service: Administration, method: bytes, body: bytes | bytearray) -> Reply:
     if method == b"POST":
         document = _document(body)
         if document.get("log_file") is not None:

@@ -18,13 +18,13 @@ from naiad.frontends.replies import method_not_allowed as _method_not_allowed
 from naiad.frontends.replies import not_found as _not_found
 
 if TYPE_CHECKING:
-    from naiad.service import Service
+    from naiad.service import Administration
 
 _ACTIONS = ("status", "register", "unregister")
 _CUDA_IPC_HANDLE_SIZE = 64  # sizeof(cudaIpcMemHandle_t)
 
 
-def route(service: Service, method: bytes, parts: list[str], body: bytes | bytearray) -> Reply | Deferred:
+def route(service: Administration, method: bytes, parts: list[str], body: bytes | bytearray) -> Reply | Deferred:
     """``parts``: the path split at '/', from "v2"; raises ``InferError`` for the caller to answer. What needs the
     registry (across processes, the model host's) is answered ``later``."""
     rest = parts[2:]

@@ -1,7 +1,7 @@
 """Triton's metrics as ``prometheus_client`` collectors, read at scrape time.
 
 Per model version the numbers come straight from ``ModelStats`` (what ``/v2/models/<m>/stats`` serves), read
-through ``Service.model_metrics``, so the two agree by construction; durations are its nanoseconds in whole
+through ``Models.model_metrics``, so the two agree by construction; durations are its nanoseconds in whole
 microseconds. Server CPU and memory, and each GPU's figures (``naiad.core.devices``), are sampled every
 ``--metrics-interval-ms`` like Triton's, since utilization is a rate over an interval.
 
@@ -20,7 +20,7 @@ from prometheus_client.registry import Collector
 from naiad.core.devices import Devices, Reading
 from naiad.core.stats import FAILURE_REASONS
 from naiad.frontends.metrics.options import MetricsOptions
-from naiad.service import Service
+from naiad.service import Models
 
 _LABELS = ["model", "version"]
 
@@ -65,7 +65,7 @@ _LATENCY_COUNTERS = {name for name in _COUNTERS if name.endswith("_duration_us")
 
 
 class ModelCollector(Collector):
-    def __init__(self, service: Service, options: MetricsOptions | None = None) -> None:
+    def __init__(self, service: Models, options: MetricsOptions | None = None) -> None:
         self.service = service
         self.options = options or MetricsOptions()
 

@@ -23,7 +23,7 @@ from naiad.frontends.metrics.exposition import CONTENT_TYPE, render
 from naiad.frontends.metrics.options import MetricsOptions
 from naiad.frontends.replies import Reply
 from naiad.sagemaker.counters import SageMakerCollector
-from naiad.service import Service
+from naiad.service import Face
 
 log = logging.getLogger("naiad.metrics")
 
@@ -38,7 +38,7 @@ class _MetricsRouter:
 
 
 class MetricsService:
-    def __init__(self, service: Service, options: MetricsOptions) -> None:
+    def __init__(self, service: Face, options: MetricsOptions) -> None:
         self.options = options
         self.models = ModelCollector(service, options)
         self.cpu = CpuCollector() if options.cpu else None

@@ -25,7 +25,7 @@ from naiad.frontends.sagemaker.replies import bare, mismatched, sagemaker_error,
 from naiad.frontends.sagemaker.runtime import RuntimeDoor
 from naiad.sagemaker.contract import UrlRefused
 from naiad.sagemaker.options import SageMakerOptions
-from naiad.service import Service
+from naiad.service import Face
 
 log = logging.getLogger("naiad.sagemaker")
 
@@ -33,7 +33,7 @@ _MODELS = re.compile(r"/models(?:/)?([^/]+)?(/invoke)?")  # Triton's own pattern
 
 
 class SageMakerRouter:
-    def __init__(self, service: Service, options: SageMakerOptions, http: HttpOptions | None = None,
+    def __init__(self, service: Face, options: SageMakerOptions, http: HttpOptions | None = None,
                  allowed_hosts: list[str] | None = None) -> None:
         assert service.sagemaker
         self.service = service
@@ -110,14 +110,26 @@ class SageMakerRouter:
     # --- inference, shared by /invocations, /models/<m>/invoke and the runtime front door ----------------------
 
     def infer(self, name: str, headers: dict[bytes, bytes], body: bytes | bytearray, failed: Any,
-              started: float | None = None, resident: ModelView | None = None, model: ModelView | None = None
-              ) -> Reply | Deferred:
-        """Decode, queue and answer one request; ``failed`` turns an error into the route's reply. ``resident``:
-        the view ``sagemaker_hit`` or ``sagemaker_ensure`` just gave (the request goes by ``sagemaker_infer``);
-        ``model``: the view of ``name`` where it was asked for already (``_infer_later``)."""
+              started: float | None = None, model: ModelView | None = None) -> Reply | Deferred:
+        """Decode, queue and answer one request; ``failed`` turns an error into the route's reply. ``model``: the
+        view of ``name`` where it was asked for already (``_infer_later``)."""
+        result = self._infer(name, headers, body, failed, started, None, model, False)
+        assert result is not None  # (only a target misses)
+        return result
+
+    def infer_target(self, name: str, headers: dict[bytes, bytes], body: bytes | bytearray, failed: Any,
+                     started: float, resident: ModelView | None = None) -> Reply | Deferred | None:
+        """``infer`` for a multi-model endpoint's target model, queued by ``sagemaker_infer`` where it is resident
+        (the cache's hit, in the same call). None: a miss, nothing counted: load it (``sagemaker_ensure``) and
+        call again with the view it gave (``resident``)."""
+        return self._infer(name, headers, body, failed, started, resident, None, True)
+
+    def _infer(self, name: str, headers: dict[bytes, bytes], body: bytes | bytearray, failed: Any,
+               started: float | None, resident: ModelView | None, model: ModelView | None, target: bool
+               ) -> Reply | Deferred | None:
         if started is None:
             started = time.perf_counter()
-        if resident is None and model is None:
+        if not target and model is None:
             try:
                 model = self.service.view(name)
             except InferError as exc:
@@ -125,23 +137,26 @@ class SageMakerRouter:
                 return self._counted(failed(exc))
             if model is None:  # not known here yet (the model host's, across processes): ask, then go on
                 return later(self._infer_later(name, headers, body, failed, started))
-        self.stats.invocations += 1
+        known = resident or model
         try:
-            if resident is not None:
-                model = resident
-            assert model is not None
-            if model.decoupled:
+            if known is not None and known.decoupled:
                 raise InferError("HTTP end point doesn't support models with decoupled transaction policy",
                                  Code.UNSUPPORTED)
             request, options = codec.decode(body, headers, name)
             submitted = time.perf_counter()
-            if resident is not None:
-                future = self.service.sagemaker_infer(request, model)  # marks it used
+            if target:
+                queued = self.service.sagemaker_infer(request, resident)  # the cache's hit; marks it used
+                if queued is None:
+                    return None  # (counted when it comes again, after the load)
+                model, future = queued
             else:
                 future = self.service.infer(request, model)
                 self.service.sagemaker_touch(name)
         except InferError as exc:
+            self.stats.invocations += 1
             return self._counted(failed(exc))
+        self.stats.invocations += 1
+        assert model is not None
         labels, batching = model.labels, model.batching
         return Deferred(future, lambda f: self._reply(f.result(), options, labels, failed, started, submitted,
                                                       batching))
@@ -153,7 +168,7 @@ class SageMakerRouter:
         except InferError as exc:
             self.stats.invocations += 1
             return self._counted(failed(exc))
-        return self.infer(name, headers, body, failed, started, model=model)
+        return self.infer(name, headers, body, failed, started, model)
 
     def _reply(self, response: InferResponse, options: OutputOptions, labels: dict[str, list[str]],
                failed: Any, started: float, submitted: float, batching: bool = True) -> Reply:

@@ -89,9 +89,11 @@ class RuntimeDoor:
         started = time.perf_counter()
         if not self.options.multi_model:
             return self._run(self.options.default_model, headers, body, stream, endpoint, started, error_reply)
-        resident = self.service.sagemaker_hit(target)
-        if resident is not None:  # the hot path: no task, no wait
-            return self._run(target, headers, body, stream, endpoint, started, sagemaker_error, resident)
+        if not stream:
+            # The hot path: the target resident, queued in one call (the cache's hit); no task, no wait.
+            hit = self._hit(target, headers, body, endpoint, started)
+            if hit is not None:
+                return hit
         return Deferred(asyncio.ensure_future(self._load_then_run(target, headers, body, stream, endpoint, started)),
                         lambda f: f.result())
 
@@ -102,6 +104,7 @@ class RuntimeDoor:
         except InferError as exc:
             return self._load_failed(target, exc, endpoint)
         result = self._run(target, headers, body, stream, endpoint, started, sagemaker_error, resident)
+        assert result is not None  # (queued with the view its load gave: no miss)
         if not isinstance(result, Deferred):
             return result
         try:
@@ -128,10 +131,23 @@ class RuntimeDoor:
 
     def _run(self, name: str, headers: dict[bytes, bytes], body: bytes | bytearray, stream: bool, endpoint: str,
              started: float, failed, resident: ModelView | None = None) -> Reply | Deferred | Streamed:
-        """``resident``: a multi-model target's view, as ``sagemaker_hit`` / ``sagemaker_ensure`` gave it."""
+        """``resident``: a multi-model target's view, as ``sagemaker_ensure`` gave it."""
         if stream:
             return self._stream(name, headers, body, endpoint, resident)
-        result = self.router.infer(name, headers, body, failed, started, resident)
+        if resident is not None:
+            result = self.router.infer_target(name, headers, body, failed, started, resident)
+            assert result is not None  # (queued with the view its load gave: no miss)
+        else:
+            result = self.router.infer(name, headers, body, failed, started)
+        return self._answered(result, endpoint)
+
+    def _hit(self, target: str, headers: dict[bytes, bytes], body: bytes | bytearray, endpoint: str,
+             started: float) -> Reply | Deferred | None:
+        """A multi-model target queued where it is resident, in one call (None: a miss, nothing done)."""
+        result = self.router.infer_target(target, headers, body, sagemaker_error, started)
+        return None if result is None else self._answered(result, endpoint)
+
+    def _answered(self, result: Reply | Deferred, endpoint: str) -> Reply | Deferred:
         if isinstance(result, Deferred):
             return Deferred(result.future, lambda f: self._answer(result.finish(f), endpoint))
         return self._answer(result, endpoint)
@@ -193,7 +209,11 @@ class RuntimeDoor:
                                 [*_VARIANT, (b"X-Amzn-SageMaker-Content-Type", inner.content_type)])
 
             return Deferred(started.future, begin)
-        result = self.router.infer(name, headers, body, sagemaker_error, None, resident, model)
+        if resident is not None:
+            result = self.router.infer_target(name, headers, body, sagemaker_error, time.perf_counter(), resident)
+            assert result is not None  # (queued with the view its load gave: no miss)
+        else:
+            result = self.router.infer(name, headers, body, sagemaker_error, None, model)
         if not isinstance(result, Deferred):
             return self._model_error(result, endpoint)
 
