@@ -23,18 +23,19 @@ import asyncio
 import logging
 import os
 import socket
+import time
 from collections import deque
 from functools import partial
 from pathlib import Path
 from typing import Any, AsyncIterator, Callable
 
+import naiad
 from naiad.core.errors import Code, InferError, internal, unavailable
 from naiad.core.model_view import ModelView
 from naiad.core.request import InferRequest, InferResponse
 from naiad.core.settings import LogSettings
 from naiad.sagemaker.contract import ArchiveError, UrlRefused
 from naiad.sagemaker.counters import EndpointStats
-import naiad
 from naiad.service import calls, wire
 from naiad.service.endpoint import BEAT_SECONDS, ChannelEnd
 from naiad.service.face import EXTENSIONS, Draining
@@ -549,13 +550,25 @@ def host_lost_line(host: int, alive: bool) -> str:
             "last lines, or the system log for a kill, say why); the front-end processes stopped serving and exited")
 
 
-def _alive(pid: int) -> bool:
+def _alive(pid: int, settle: float = 0.2) -> bool:
+    """Is the host still running? Its channel closes while the kernel tears a killed host down, before this
+    process is handed to a new parent and before the host is a zombie: for a moment it still looks alive and still
+    our parent. A host that really dropped us stays our parent past ``settle`` seconds."""
     if pid <= 1:
         return False
+    deadline = time.monotonic() + settle
+    while True:
+        if os.getppid() != pid or _state(pid) in ("Z", "X", None):
+            return False
+        if time.monotonic() >= deadline:
+            return True
+        time.sleep(0.01)
+
+
+def _state(pid: int) -> str | None:
+    """The process's state letter from /proc (None: gone)."""
     try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return os.getppid() == pid  # (a pid taken again since would not be the parent)
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            return f.read().rsplit(b")", 1)[1].split()[0].decode()
+    except (OSError, IndexError):
+        return None
