@@ -297,7 +297,9 @@ def encode_response(response: InferResponse, options: OutputOptions, labels: dic
     if raw_out is not None and size >= SPLIT:
         for item in raw:
             if isinstance(item, np.ndarray):
-                item = memoryview(np.ascontiguousarray(item)).cast("B")  # type: ignore[arg-type]  # keeps the array (and its memory) alive
+                # Its bytes as a buffer that keeps the array (and its memory) alive; viewed as uint8 first, since
+                # some dtypes (ml_dtypes' bfloat16) have no buffer format.
+                item = memoryview(np.ascontiguousarray(item).reshape(-1).view(np.uint8))  # type: ignore[arg-type]
             raw_out.append(item)
         raw = []
     else:
