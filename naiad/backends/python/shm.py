@@ -22,8 +22,9 @@ mapped and the arena grow without end. So the ring grows freely only while no re
 mapped. Growing while one is (blocks are being held) puts the arena in *copy mode*: every tensor it sends
 from then on is copied out by the receiver on arrival and its block freed at once, so no new block can be
 held; the ring then grows no further until the held segments drain (copy mode ends there). A block that
-doesn't fit a copy-mode ring goes into a one-off segment of its own, freed by the same copy and unmapped
-right after. Hence at any time: **ring bytes (current + retired segments) < 3 x the current segment's size,
+doesn't fit a copy-mode ring goes into an overflow segment, freed by the same copy; overflow segments are
+unmapped once drained, and each new one is twice the last, so a receiver that stops reading for a while (a
+stalled peer, thousands of blocks) costs a few descriptors, not one per block. Hence at any time: **ring bytes (current + retired segments) < 3 x the current segment's size,
 and the current segment doesn't grow while held blocks keep a retired segment mapped**; one-off segments
 hold only data in flight. What a receiver keeps after copy mode began is its own private memory.
 """
@@ -279,7 +280,7 @@ class Arena:
         self.growth = max(growth, ALIGN)
         self._next_id = 0
         self.retired: list[_Segment] = []  # former ring segments, mapped until drained
-        self.one_off: list[_Segment] = []  # single-block segments of copy mode, mapped until freed
+        self.one_off: list[_Segment] = []  # copy mode's overflow segments, mapped until drained
         self.copying = False  # copy mode: receivers copy tensors out on arrival
         self.new_fds: list[tuple[int, int]] = []  # (segment id, fd) the receiver has not been sent yet
         self.dropped: list[int] = []  # segment ids the receiver may forget
@@ -315,8 +316,7 @@ class Arena:
         segment = self.current
         at = segment.alloc(need)
         if at < 0:
-            segment = self._make_room(need)
-            at = segment.alloc(need)
+            segment, at = self._make_room(need)
         start = at + HEADER
         return segment.id, start, memoryview(segment.mm)[start:start + nbytes], self.copying
 
@@ -329,19 +329,25 @@ class Arena:
         view.release()
         return seg_id, start
 
-    def _make_room(self, need: int) -> _Segment:
+    def _make_room(self, need: int) -> tuple[_Segment, int]:
+        """A segment with a block of ``need`` bytes taken, and the block's offset."""
         self._drop_drained()
         if not self.retired:
-            return self._grow(need)
-        if not self.copying:
+            segment = self._grow(need)
+        elif not self.copying:
             # A retired segment is still held: the receiver keeps blocks. Copy mode stops that; one more
             # segment gives the ring room free of held blocks.
             segment = self._grow(need)
             self.copying = True
-            return segment
-        segment = self._open(max(need, ALIGN * 2), need)  # the ring stays as it is: this block travels alone
-        self.one_off.append(segment)
-        return segment
+        else:  # the ring stays as it is: the block goes to the overflow
+            if self.one_off:
+                at = self.one_off[-1].alloc(need)
+                if at >= 0:
+                    return self.one_off[-1], at
+            last = self.one_off[-1].size if self.one_off else self.growth // 2
+            segment = self._open(max(2 * need, 2 * last, ALIGN * 2), need)
+            self.one_off.append(segment)
+        return segment, segment.alloc(need)
 
     def _grow(self, need: int) -> _Segment:
         old = self.current

@@ -106,6 +106,27 @@ def test_a_block_too_big_for_a_copy_mode_ring_travels_in_a_one_off_segment() -> 
         arena.close()
 
 
+def test_a_receiver_that_stops_reading_costs_a_few_overflow_segments_not_one_per_block() -> None:
+    """A stalled peer: thousands of blocks sent and none freed. Copy mode's overflow segments take many blocks
+    each and double in size, so the descriptors stay few (one per block ran a front end out of them under
+    nofile 1024), and all go once the blocks are freed."""
+    arena = Arena(1 * MB, 1 * MB)
+    try:
+        blocks = []
+        for _ in range(3000):  # 96 MiB of 32 KiB blocks, all held
+            seg_id, offset, view, _ = arena.alloc(32 * KB)
+            view.release()
+            blocks.append((seg_id, offset))
+        assert arena.copying
+        assert len(arena.one_off) <= 8, [s.size for s in arena.one_off]
+        for seg_id, offset in blocks:
+            _release(arena, seg_id, offset)
+        _, dropped = arena.take_announcements()
+        assert not arena.one_off and not arena.retired
+    finally:
+        arena.close()
+
+
 KEEPER = """
 import numpy as np
 import triton_python_backend_utils as pb_utils
