@@ -257,11 +257,22 @@ class Channel:
         recvmsg_into = self.sock.recvmsg_into
         loads = self._loads
         flags_in = 0 if wait else socket.MSG_DONTWAIT
+        reset = False
         while True:
             try:
                 n, ancdata, flags, _ = recvmsg_into([buffer], _FD_SPACE, flags_in)
             except (BlockingIOError, InterruptedError):
                 return out
+            except ConnectionResetError:
+                if reset:
+                    self.closed = True
+                    if out:
+                        return out
+                    raise EOFError("the other end closed the channel") from None
+                # The other end closed with messages of ours unread, and the kernel reports that ahead of the
+                # datagrams it sent before it went (a worker's last answer, its poisoned notice): read those.
+                reset = True
+                continue
             except OSError as exc:
                 self.closed = True
                 if out:

@@ -36,6 +36,18 @@ def pair():
     receiver.close()
 
 
+def test_the_last_answer_of_a_peer_that_closed_with_messages_unread_is_read(pair) -> None:
+    """A worker that exits right after its last answer (a poisoned device) leaves requests it never read; Linux
+    then reports ECONNRESET ahead of that answer. The answer is read, then the end of the channel."""
+    sender, receiver = pair
+    receiver.send(M.finalize())  # never read by the sender
+    sender.send(M.poisoned("device-side assert triggered"))
+    sender.sock.close()
+    assert [m[0] for m in receiver.receive()] == [Kind.POISONED]
+    with pytest.raises(EOFError):
+        receiver.receive()
+
+
 class _CountingSocket:
     """A channel's socket that records each datagram written to it (but shared-memory segment announcements, which
     precede a segment's first use); everything else goes to the socket."""
