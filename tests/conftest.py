@@ -51,6 +51,32 @@ def pytest_runtest_logstart(nodeid: str, location: tuple) -> None:
             f.write(nodeid + "\n")
 
 
+def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
+    session.config._naiad_exitstatus = int(exitstatus)  # type: ignore[attr-defined]
+
+
+@pytest.hookimpl(trylast=True)
+def pytest_unconfigure(config: pytest.Config) -> None:
+    """Ray left running by tests/ray (its conftest says why) would end this process with status 1 when shut down:
+    once pytest has said everything, the process ends here with pytest's own status instead."""
+    from tests.ray.conftest import RAY_LEFT_RUNNING
+
+    if RAY_LEFT_RUNNING:
+        import signal
+        import sys
+
+        import psutil
+
+        sys.stdout.flush()
+        sys.stderr.flush()
+        for child in psutil.Process().children(recursive=True):  # Ray's processes (its agents outlive the raylet)
+            try:
+                child.send_signal(signal.SIGKILL)
+            except psutil.Error:
+                pass
+        os._exit(getattr(config, "_naiad_exitstatus", 1))
+
+
 def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line("markers", "slow: one of the heaviest tests (tests/conftest.py's SLOW); -m 'not slow' "
                                        "leaves them out")
