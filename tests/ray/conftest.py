@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import os
-import threading
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -50,35 +49,14 @@ def cluster() -> Iterator[Cluster]:
         yield Cluster(context.address_info["gcs_address"], port, metrics_port, grpc_port)
     finally:
         serve.shutdown()
-        _stop_handle_loop()
         # Not ray.shutdown(): other threads of this process (Ray's own) keep reaching its core worker, and one that
         # does after the shutdown ends the process with exit code 1 (Ray's QuickExit, "The core worker has already
         # been shutdown"; CI's pytest stopped there 3 times with no summary). Ray stays up until pytest ends, and
-        # tests/conftest.py ends the process then, with pytest's own status (Ray's processes share its fate).
+        # tests/conftest.py ends the process then, with pytest's own status, after killing Ray's processes.
         RAY_LEFT_RUNNING.append(True)
 
 
 RAY_LEFT_RUNNING: list[bool] = []
-
-
-def _stop_handle_loop() -> None:
-    """A DeploymentHandle called from this process (the driver) starts Serve's router loop on a daemon thread, which
-    records its loop-latency metric through Ray's core worker every few seconds, forever. Once ray.shutdown() has
-    freed the core worker, that call ends the process with exit code 1 (Ray's QuickExit: "The core worker has
-    already been shutdown"), so the whole pytest run stopped after this directory without a summary, now and then.
-    The loop is stopped, and its thread waited for, before Ray is shut down."""
-    try:
-        from ray.serve._private.router import SingletonThreadRouter
-    except ImportError:  # another Ray's layout: nothing to stop that we know of
-        return
-    loop = getattr(SingletonThreadRouter, "_asyncio_loop", None)
-    if loop is None or loop.is_closed():
-        return
-    threads = [t for t in threading.enumerate()
-               if getattr(getattr(t, "_target", None), "__name__", "") == "_run_router_event_loop"]
-    loop.call_soon_threadsafe(loop.stop)
-    for thread in threads:
-        thread.join(10)
 
 
 def running_replicas(deployment: str, app: str = APP) -> int:
