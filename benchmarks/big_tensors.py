@@ -22,6 +22,7 @@ from __future__ import annotations
 import argparse
 import csv
 import os
+import resource
 import signal
 import socket
 import statistics
@@ -211,9 +212,10 @@ def run_case(pa: str, server: Server, case: str, args: argparse.Namespace, scrat
     if model == "stream64":
         argv.append("--streaming")  # infer/s counts requests, each answered by 64 responses
     pid = server.proc.pid
-    before, start = cpu_seconds(pid), time.monotonic()
+    before, start, client_before = cpu_seconds(pid), time.monotonic(), _children_cpu()
     out = subprocess.run(argv, capture_output=True, text=True, timeout=600)
     wall, cpu = time.monotonic() - start, cpu_seconds(pid) - before
+    client = _children_cpu() - client_before  # perf_analyzer's own (taskset execs it: the same process)
     if out.returncode != 0 or not report.exists():
         raise RuntimeError(f"perf_analyzer failed on {case}:\n{out.stdout[-2000:]}\n{out.stderr[-2000:]}")
     with open(report) as fh:
@@ -222,8 +224,14 @@ def run_case(pa: str, server: Server, case: str, args: argparse.Namespace, scrat
     rate = float(row["Inferences/Second"])
     # perf_analyzer's requests over the whole run (trials and their warm-up) are not reported, so CPU per request
     # is the CPU over the run divided by the run's requests at the measured rate.
+    requests = max(rate * wall, 1)
     return {"rps": rate, "p50": float(row["p50 latency"]) / 1000, "p99": float(row["p99 latency"]) / 1000,
-            "cpu_us": cpu / max(rate * wall, 1) * 1e6}
+            "cpu_us": cpu / requests * 1e6, "client_us": client / requests * 1e6}
+
+
+def _children_cpu() -> float:
+    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return usage.ru_utime + usage.ru_stime
 
 
 def main() -> int:
@@ -258,11 +266,11 @@ def main() -> int:
                             continue
                         results.setdefault((kind, case), []).append(r)
                         print(f"round {rnd + 1} {kind:7s} {case:24s} {r['rps']:9.1f}/s p50 {r['p50']:7.2f} ms "
-                              f"p99 {r['p99']:7.2f} ms cpu {r['cpu_us']:8.0f} us/req", file=sys.stderr, flush=True)
+                              f"p99 {r['p99']:7.2f} ms cpu {r['cpu_us']:8.0f} us/req client {r['client_us']:6.0f}", file=sys.stderr, flush=True)
                 finally:
                     server.stop()
     print(f"\n{'case':24s} {'server':7s} {'infer/s':>9s} {'p50 ms':>8s} {'p99 ms':>8s} {'cpu us':>8s} "
-          f"{'MiB/s':>8s} {'spread':>7s} {'vs triton':>9s}")
+          f"{'client us':>9s} {'MiB/s':>8s} {'spread':>7s} {'vs triton':>9s}")
     for case in cases:
         triton = results.get(("triton", case))
         reference = statistics.median(r["rps"] for r in triton) if triton else None
@@ -277,7 +285,7 @@ def main() -> int:
             mib = med["rps"] * size_bytes(size) / 2**20 if model == "identity" else 0.0
             ratio = f"{med['rps'] / reference:.2f}x" if reference else "-"
             print(f"{case:24s} {kind:7s} {med['rps']:9.1f} {med['p50']:8.2f} {med['p99']:8.2f} "
-                  f"{med['cpu_us']:8.0f} {mib:8.0f} {spread:6.0%} {ratio:>9s}")
+                  f"{med['cpu_us']:8.0f} {med['client_us']:9.0f} {mib:8.0f} {spread:6.0%} {ratio:>9s}")
     return 0
 
 

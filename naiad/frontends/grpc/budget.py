@@ -7,8 +7,14 @@ connection's budget before its stream's window opens for the rest; one that does
 stalled, until others give room back (first come, first served); one larger than the budget can never fit and is
 refused. Reserving whole messages keeps streams from deadlocking on half-received messages that together fill the
 budget. Room comes back when the server is done with the bytes: a unary call's when the call ends (so the budget
-also covers requests queued for the model), a streaming call's message when its handler takes it. So a connection
-holds at most ``limit`` bytes of large messages plus ``window`` bytes per stream, whatever it sends.
+also covers requests queued for the model), a streaming call's message when its handler takes it.
+
+The window adapts to the connection (``Windows``), as grpc-core's grows from measured bandwidth: a message that had
+to wait for its window costs a round trip to the client, which at 256 KiB is a fifth of the call. So when messages
+outgrow the window and the connection has few streams open, the window is raised to hold them, and the stream limit
+(SETTINGS_MAX_CONCURRENT_STREAMS) lowered so that windows times streams stays what it was; when the client opens
+streams up to that limit, both go back. So a connection holds at most ``limit`` bytes of large messages plus
+``streams * window`` (``limit / 2`` by default) of messages within their windows, whatever it sends.
 """
 
 from __future__ import annotations
@@ -39,15 +45,65 @@ def stream_window(limit: int, streams: int) -> int:
     return min(256 * 1024, max(16 * 1024, limit // (2 * streams)))
 
 
+STEP = 64 * 1024  # an adapted window holds the messages seen, rounded up to this
+FEW_STREAMS = 16  # an adapted stream limit is never below this (nor below twice the streams recently open)
+PEAK_SECONDS = 1.0  # how long the most streams seen open keeps the window from growing past them
+
+
+class Windows:
+    """The stream window and stream limit one connection announces, traded against each other within
+    ``streams * window``: grown for the messages that outgrow the window while few streams are open, shrunk back
+    as the client opens more."""
+
+    __slots__ = ("h2", "least", "most", "streams", "exposure", "peak", "peak_since")
+
+    def __init__(self, h2: H2Connection, limit: int, window: int) -> None:
+        self.h2 = h2
+        self.least = window  # the window announced first (``stream_window``)
+        self.most = max(window, min(limit // 8, 16 * 1024 * 1024))
+        self.streams = h2.limits.max_concurrent_streams
+        self.exposure = max(limit // 2, self.streams * window)  # windows times streams: never more than at first
+        self.peak = 0
+        self.peak_since = 0.0
+
+    def opened(self) -> None:
+        """A stream opened: note how many are open, and give streams back if the client nears their limit."""
+        h2 = self.h2
+        n = len(h2.streams)
+        now = h2.clock()
+        if n > self.peak or now - self.peak_since > PEAK_SECONDS:
+            self.peak, self.peak_since = n, now
+        if h2.stream_window > self.least and n * 4 >= h2.max_streams * 3:
+            self._announce(max(self.least, self.exposure // (4 * n)))
+
+    def outgrown(self, need: int) -> None:
+        """A message of ``need`` bytes (prefix included) did not fit its stream's window: a larger one for the next,
+        as far as the streams recently open allow."""
+        h2 = self.h2
+        if need <= h2.stream_window or h2.unacknowledged > 2:  # (a client that does not acknowledge gets no more)
+            return
+        streams = max(FEW_STREAMS, 2 * self.peak, len(h2.streams) + 1)
+        window = min(self.most, -(-need // STEP) * STEP, self.exposure // streams)
+        if window > h2.stream_window:
+            self._announce(window)
+
+    def _announce(self, window: int) -> None:
+        self.h2.settle(window, min(self.streams, self.exposure // window))
+
+
 class Budget:
-    __slots__ = ("h2", "limit", "window", "reserved", "waiting")
+    __slots__ = ("h2", "limit", "windows", "reserved", "waiting")
 
     def __init__(self, h2: H2Connection, limit: int, window: int) -> None:
         self.h2 = h2
         self.limit = limit  # bytes of messages (their prefixes come on top)
-        self.window = window
+        self.windows = Windows(h2, limit, window)
         self.reserved = 0
         self.waiting: deque[Held] = deque()
+
+    def opened(self) -> None:
+        """A call's stream opened (the windows follow how many are open)."""
+        self.windows.opened()
 
     def reserve(self, call: Held) -> int:
         """The message at the start of ``call.body`` is still arriving: if its stream's window can't take all of
@@ -58,10 +114,11 @@ class Budget:
             return 0
         size = int.from_bytes(body[1:PREFIX], "big")
         need = PREFIX + size
-        if need <= self.window:
+        if need <= self.h2.stream_window:
             return 0  # the stream's own window holds it
         if size > self.limit:
             return size
+        self.windows.outgrown(need)
         call.need = need
         if self.waiting or self.reserved + need > self.limit + PREFIX:
             self.waiting.append(call)
@@ -100,8 +157,9 @@ class Budget:
         if call.closed:
             return
         h2 = self.h2
-        deficit = self.window - h2.receive_window(call.sid) - len(call.body or b"") - call.queued
-        if deficit > 0 and (deficit >= self.window // 2 or not sizes):  # batched, but never left stalled
+        window = h2.stream_window
+        deficit = window - h2.receive_window(call.sid) - len(call.body or b"") - call.queued
+        if deficit > 0 and (deficit >= window // 2 or not sizes):  # batched, but never left stalled
             h2.grant(call.sid, deficit)
 
     def release(self, call: Held) -> None:

@@ -17,6 +17,7 @@ except that every header block is decoded: HPACK's table is connection state (RF
 from __future__ import annotations
 
 import time
+from collections import deque
 from collections.abc import Callable
 
 from hpack import Decoder
@@ -76,9 +77,13 @@ class H2Connection:
         self._data_flags = 0
         self._preface = False
         self._settings_seen = False
-        # Until the client acknowledges our SETTINGS it may send on a new stream as much as the default window
-        # allows (RFC 9113 6.9.2): our own initial window counts from the ACK on.
-        self._settings_acked = False
+        # Our SETTINGS_INITIAL_WINDOW_SIZE as the client may count it. It applies our SETTINGS as it reads them and
+        # acknowledges them in order (RFC 9113 6.9.2), so until an ACK it may use the value in force before or any
+        # value sent since: ``_windows`` holds the acknowledged one, then those not acknowledged yet. A stream's
+        # ``recv_window`` counts from the largest of them (what it may send), ``receive_window`` from the smallest
+        # (what it is sure of), and a change applies to every open stream (``_account``).
+        self._windows: deque[int] = deque((f.DEFAULT_WINDOW,))
+        self.max_streams = limits.max_concurrent_streams  # the lowest we announced: more open streams are refused
         self.streams: dict[int, _Stream] = {}
         self._blocked: dict[int, _Stream] = {}
         self.last_stream_id = 0  # the highest stream the client opened
@@ -89,7 +94,8 @@ class H2Connection:
         self._refill_below = limits.receive_window // 2
         # Streams' receive windows: topped up here as data arrives, or (stream_window set) by the application.
         self._auto_windows = limits.stream_window is None
-        self._stream_window = limits.receive_window if limits.stream_window is None else limits.stream_window
+        self.stream_window = limits.receive_window if limits.stream_window is None else limits.stream_window
+        self._counted = f.DEFAULT_WINDOW  # max(_windows): the initial receive window of a stream opened now
         # The open header block: its stream, END_STREAM flag, bytes so far and frame count.
         self._continuing = 0
         self._block_end = False
@@ -112,12 +118,40 @@ class H2Connection:
         limits = self.limits
         self._out.append(f.settings(
             (f.MAX_CONCURRENT_STREAMS, limits.max_concurrent_streams),
-            (f.INITIAL_WINDOW_SIZE, self._stream_window),
+            (f.INITIAL_WINDOW_SIZE, self.stream_window),
             (f.MAX_FRAME_SIZE, limits.max_frame_size),
             (f.MAX_HEADER_LIST_SIZE, limits.max_header_list_size)))
+        self._announce(self.stream_window)
         if limits.receive_window > f.DEFAULT_WINDOW:
             self._out.append(f.window_update(0, limits.receive_window - f.DEFAULT_WINDOW))
             self._recv_window = limits.receive_window
+
+    def settle(self, window: int, max_streams: int) -> None:
+        """Announce a new SETTINGS_INITIAL_WINDOW_SIZE and SETTINGS_MAX_CONCURRENT_STREAMS (the application trading
+        one against the other: ``grpc/budget.py``). A lower stream limit holds at once: streams the client opens
+        past it before it reads the SETTINGS are refused (REFUSED_STREAM, which clients retry)."""
+        if window == self.stream_window and max_streams == self.max_streams:
+            return
+        self.stream_window = window
+        self.max_streams = max_streams
+        self._out.append(f.settings((f.MAX_CONCURRENT_STREAMS, max_streams), (f.INITIAL_WINDOW_SIZE, window)))
+        self._announce(window)
+
+    @property
+    def unacknowledged(self) -> int:
+        """Our SETTINGS the client has not acknowledged yet."""
+        return len(self._windows) - 1
+
+    def _announce(self, window: int) -> None:
+        self._windows.append(window)
+        if window > self._counted:  # the client may use it as soon as it reads it: counted now
+            self._account(window)
+
+    def _account(self, counted: int) -> None:
+        delta, self._counted = counted - self._counted, counted
+        if delta:
+            for stream in self.streams.values():
+                stream.recv_window += delta
 
     def data_to_send(self) -> bytes:
         out = self._out
@@ -380,14 +414,12 @@ class H2Connection:
             self._induce(f.rst_stream(sid, f.STREAM_CLOSED), events)  # a stream that is gone
             return
         self.last_stream_id = sid
-        if self.closing or len(self.streams) >= self.limits.max_concurrent_streams:
+        if self.closing or len(self.streams) >= self.max_streams:
             self._induce(f.rst_stream(sid, f.REFUSED_STREAM), events)
             if not self.closing:
                 self._count_reset(events)
             return
-        stream = self.streams[sid] = _Stream(sid, self.initial_window,
-                                             self._stream_window if self._settings_acked else f.DEFAULT_WINDOW,
-                                             self.clock())
+        stream = self.streams[sid] = _Stream(sid, self.initial_window, self._counted, self.clock())
         stream.remote_closed = end_stream = bool(end_stream)
         limit = self.limits.max_header_list_size
         events.append(RequestReceived(sid, fields, end_stream, size if size > limit else 0))
@@ -404,12 +436,10 @@ class H2Connection:
                     self._fail(f.FRAME_SIZE_ERROR, events, b"SETTINGS ack with a payload")
                 elif not self._settings_seen:
                     self._fail(f.PROTOCOL_ERROR, events, b"the connection preface must end with SETTINGS")
-                elif not self._settings_acked:
-                    self._settings_acked = True
-                    delta = self._stream_window - f.DEFAULT_WINDOW
-                    if delta:
-                        for opened in self.streams.values():
-                            opened.recv_window += delta
+                elif len(self._windows) > 1:  # (an ACK of nothing we sent is ignored)
+                    windows = self._windows
+                    windows.popleft()
+                    self._account(max(windows))
             elif n % 6:
                 self._fail(f.FRAME_SIZE_ERROR, events, b"SETTINGS length not a multiple of 6")
             else:
@@ -589,9 +619,10 @@ class H2Connection:
         stream = self.streams.get(sid)
         if stream is None or stream.remote_closed:
             return 0
-        if self._settings_acked:
+        windows = self._windows
+        if len(windows) == 1:
             return stream.recv_window
-        return stream.recv_window + min(0, self._stream_window - f.DEFAULT_WINDOW)
+        return stream.recv_window + min(windows) - self._counted
 
     def grant(self, sid: int, n: int) -> None:
         """Let the client send ``n`` more bytes on the stream (WINDOW_UPDATE): with ``Limits.stream_window``, the

@@ -46,19 +46,21 @@ class Call:
 class Peer:
     """A client on one H2Connection with the budget's windows."""
 
-    def __init__(self, window: int = WINDOW, ack: bool = True) -> None:
-        self.h2 = H2Connection(Limits(stream_window=window))
+    def __init__(self, window: int = WINDOW, ack: bool = True, limit: int = LIMIT, streams: int = 100) -> None:
+        self.h2 = H2Connection(Limits(stream_window=window, max_concurrent_streams=streams))
         self.h2.initiate()
         # ACK: our windows apply (without it, a new stream has the default 65,535 bytes: RFC 9113 6.9.2)
         self.h2.receive(PREFACE + frame(SETTINGS, 0, 0) + (frame(SETTINGS, ACK, 0) if ack else b""))
         self.h2.data_to_send()
-        self.budget = Budget(self.h2, LIMIT, window)
+        self.budget = Budget(self.h2, limit, window)
         self.encoder = Encoder()
 
     def open(self, sid: int) -> None:
         block = self.encoder.encode([(":method", "POST"), (":scheme", "http"), (":path", "/p.S/M"),
                                      (":authority", "x"), ("content-type", "application/grpc")])
         self.h2.receive(frame(HEADERS, END_HEADERS, sid, block))
+        if sid in self.h2.streams:
+            self.budget.opened()  # as the lean engine does for each call
 
     def send(self, call: Call, data: bytes, end: bool = False) -> None:
         events = self.h2.receive(frame(DATA, END_STREAM if end else 0, call.sid, data))
@@ -126,7 +128,9 @@ def test_a_streaming_calls_room_comes_back_when_its_handler_takes_the_message() 
     assert peer.budget.reserved == 5 + size and peer.h2.receive_window(1) == 0
     peer.budget.handed(call)  # taken: room back, and the stream may send a window's worth again
     assert peer.budget.reserved == 0
-    assert window_updates(peer.h2.data_to_send()) == {1: WINDOW}
+    window = peer.h2.stream_window
+    assert window == 2 * WINDOW  # (grown for the next such message, as far as a limit of 1 MiB allows: LIMIT // 8)
+    assert window_updates(peer.h2.data_to_send()) == {1: window}
     # small messages: each gives its bytes back as the handler takes it
     peer.send(call, message_head(10) + b"y" * 10)
     call.body = None
@@ -178,3 +182,76 @@ def test_a_window_topped_up_before_the_ack_is_topped_up_to_the_budgets_window() 
     peer.h2.data_to_send()
     peer.h2.receive(frame(SETTINGS, ACK, 0))
     assert peer.h2.receive_window(1) == window
+
+
+def settings_sent(data: bytes) -> list[dict[int, int]]:
+    out = []
+    while data:
+        length = int.from_bytes(data[:3], "big")
+        if data[3] == SETTINGS and not data[4] & ACK:
+            payload = data[9:9 + length]
+            out.append({int.from_bytes(payload[i:i + 2], "big"): int.from_bytes(payload[i + 2:i + 6], "big")
+                        for i in range(0, length, 6)})
+        data = data[9 + length:]
+    return out
+
+
+INITIAL_WINDOW_SIZE, MAX_CONCURRENT_STREAMS = 0x4, 0x3
+DEFAULTS = {"window": stream_window(64 << 20, 1000), "limit": 64 << 20, "streams": 1000}  # the engine's defaults
+
+
+def test_messages_that_outgrow_the_window_grow_it_for_the_next_within_the_same_bytes_of_windows() -> None:
+    """A 256 KiB request waited a round trip for its window (the client sent 32 KiB, then waited for the
+    WINDOW_UPDATE). The next need not: the window grows to hold such messages, and the stream limit comes down so
+    that streams times window stays what the connection had at first (half the budget)."""
+    peer = Peer(**DEFAULTS)  # type: ignore[arg-type]
+    peer.open(1)
+    first = Call(1)
+    size = 256 * 1024 + 40
+    peer.send(first, message_head(size))
+    assert peer.budget.reserve(first) == 0 and first.reserved == 5 + size  # this one still waits for its window
+    out = peer.h2.data_to_send()
+    assert settings_sent(out) == [{MAX_CONCURRENT_STREAMS: (32 << 20) // (320 << 10), INITIAL_WINDOW_SIZE: 320 << 10}]
+    assert window_updates(out) == {1: 5 + size - DEFAULTS["window"]}
+    peer.h2.receive(frame(SETTINGS, ACK, 0))
+    assert peer.h2.stream_window * peer.h2.max_streams <= 32 << 20
+    peer.open(3)
+    second = Call(3)
+    peer.send(second, message_head(size) + b"x" * size, end=True)  # all of it at once, in the window it had
+    assert peer.budget.reserve(second) == 0 and second.reserved == 0 and len(second.body or b"") == 5 + size
+    assert window_updates(peer.h2.data_to_send()) == {}
+
+
+def test_the_window_grows_only_as_far_as_the_streams_open_allow_and_shrinks_as_the_client_opens_more() -> None:
+    peer = Peer(**DEFAULTS)  # type: ignore[arg-type]
+    sids = list(range(1, 2 * 40, 2))
+    for sid in sids:  # 40 streams open
+        peer.open(sid)
+    call = Call(sids[0])
+    peer.send(call, message_head(4 << 20))
+    peer.budget.reserve(call)
+    (announced,) = settings_sent(peer.h2.data_to_send())
+    # Room for twice the streams open: 80 streams of 409 KiB, not 7 of 4 MiB.
+    assert announced == {INITIAL_WINDOW_SIZE: (32 << 20) // 80, MAX_CONCURRENT_STREAMS: 80}
+    peer.h2.receive(frame(SETTINGS, ACK, 0))
+    limit = peer.h2.max_streams
+    more = list(range(sids[-1] + 2, sids[-1] + 2 + 2 * (limit * 3 // 4 - 40), 2))
+    for sid in more:  # the client nears the lowered limit: the window gives way to streams
+        peer.open(sid)
+    (shrunk,) = settings_sent(peer.h2.data_to_send())
+    assert shrunk[MAX_CONCURRENT_STREAMS] > limit and shrunk[INITIAL_WINDOW_SIZE] < announced[INITIAL_WINDOW_SIZE]
+    assert shrunk[MAX_CONCURRENT_STREAMS] * shrunk[INITIAL_WINDOW_SIZE] <= 32 << 20
+    assert not peer.h2.streams.keys() - set(sids + more)  # and none was refused
+    assert len(peer.h2.streams) == len(sids + more)
+
+
+def test_a_client_that_does_not_acknowledge_settings_gets_no_more_of_them() -> None:
+    peer = Peer(**DEFAULTS)  # type: ignore[arg-type]
+    sizes = [100 << 10, 200 << 10, 300 << 10, 400 << 10, 500 << 10]
+    for index, size in enumerate(sizes):
+        sid = 2 * index + 1
+        peer.open(sid)
+        call = Call(sid)
+        peer.send(call, message_head(size))
+        peer.budget.reserve(call)
+    assert len(settings_sent(peer.h2.data_to_send())) == 3 and peer.h2.unacknowledged == 3

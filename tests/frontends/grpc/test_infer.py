@@ -170,6 +170,29 @@ def test_big_tensors_among_small_ones(grpc_server: RunningServer) -> None:
     asyncio.run(scenario())
 
 
+def test_one_connection_from_big_messages_to_many_calls_and_back(grpc_server: RunningServer) -> None:
+    # The lean engine grows the connection's stream window for 1 MiB messages and lowers its stream limit to match
+    # (budget.py), then gives the streams back as 96 calls come at once on the same connection, which grpc-core
+    # queues at the lowered limit or sees refused past it before it read the SETTINGS (and retries): every call is
+    # answered, right.
+    async def scenario() -> None:
+        async with aioclient.InferenceServerClient(grpc_server.grpc_url) as client:
+            big = np.arange(1 << 18, dtype=np.float32)
+            for _ in range(2):
+                result = await client.infer("dtypes", infer_inputs(aioclient, IN_FP32=big))
+                np.testing.assert_array_equal(result.as_numpy("OUT_FP32"), big)
+            arrays = [np.full(4, i, dtype=np.float32) for i in range(96)]
+            calls = [client.infer("add_sub", infer_inputs(aioclient, INPUT0=x, INPUT1=x)) for x in arrays]
+            calls += [client.infer("dtypes", infer_inputs(aioclient, IN_FP32=big + i)) for i in range(4)]
+            results = await asyncio.gather(*calls)
+            for x, result in zip(arrays, results):
+                np.testing.assert_array_equal(result.as_numpy("OUTPUT0"), x + x)
+            for i, result in enumerate(results[96:]):
+                np.testing.assert_array_equal(result.as_numpy("OUT_FP32"), big + i)
+
+    asyncio.run(scenario())
+
+
 def test_compressed_request(client: grpcclient.InferenceServerClient) -> None:
     a = np.arange(4, dtype=np.float32)
     for algorithm in ("gzip", "deflate"):

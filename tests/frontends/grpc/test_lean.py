@@ -171,13 +171,15 @@ def test_a_large_message_sent_before_the_client_read_our_settings_arrives_whole(
             connection.data_received(frame(0, 0, 1, body[sent:sent + size]))
             sent += size
         connection.data_received(frame(4, 0x1, 0, b""))  # SETTINGS ACK
-        window = 65535 - sent  # the client's count: the default, our SETTINGS' delta, the stream's updates
+        window = 65535 - sent  # the client's count: the default, our SETTINGS' deltas, the stream's updates
+        initial = 65535
         for kind, sid, payload in _written(transport.written):
             if kind == 4 and payload:
                 for at in range(0, len(payload), 6):
                     key, value = struct.unpack_from(">HI", payload, at)
-                    if key == 4:
-                        window += value - 65535
+                    if key == 4:  # (a second SETTINGS: the window grown for messages this large)
+                        window += value - initial
+                        initial = value
             elif kind == 8 and sid == 1:
                 window += struct.unpack(">I", payload)[0]
         granted = window
@@ -189,4 +191,4 @@ def test_a_large_message_sent_before_the_client_read_our_settings_arrives_whole(
         return granted, len(body) - 65535, len(inference.futures)
 
     granted, rest, queued = asyncio.run(scenario())
-    assert granted == rest and queued == 1
+    assert granted >= rest and queued == 1  # (more when the client also read the window grown for the next)

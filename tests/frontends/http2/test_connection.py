@@ -628,3 +628,35 @@ def test_big_data_payloads_are_sent_apart_from_their_headers() -> None:
     assert all(type(b) is memoryview for b in buffers[1::2])  # views of the payload, not copies
     assert [len(p) for k, _, _, p in frames_of(b"".join(buffers)) if k == DATA] == [1 << 20, 1 << 20]
     assert b"".join(buffers[1::2]) == payload
+
+
+def test_a_raised_stream_window_counts_at_once_and_a_lowered_one_from_its_ack() -> None:
+    """``settle``: the client applies our SETTINGS as it reads them, so a larger window may be used at once (what a
+    stream may receive grows now) while the application counts only on the smaller until the ACK; a smaller one
+    holds from its ACK on (streams opened meanwhile may still be sent the larger)."""
+    peer = Peer(stream_window=16384)
+    peer.conn.settle(65536, 50)
+    assert [(k, struct.unpack(">HIHI", p)) for k, _, _, p in frames_of(peer.conn.data_to_send())] == [
+        (SETTINGS, (0x3, 50, 0x4, 65536))]
+    peer.send(frame(HEADERS, END_HEADERS, 1, peer.block()))
+    assert peer.conn.receive_window(1) == 16384  # the client may not have read it yet
+    peer.send(frame(DATA, 0, 1, b"x" * 60000))  # it had: within the larger window
+    assert peer.resets() == [] and peer.conn.receive_window(1) == 16384 - 60000
+    peer.send(frame(SETTINGS, ACK, 0))
+    assert peer.conn.receive_window(1) == 65536 - 60000 and peer.conn.unacknowledged == 0
+    peer.conn.settle(16384, 100)
+    peer.send(frame(HEADERS, END_HEADERS, 3, peer.block()))
+    assert peer.conn.streams[3].recv_window == 65536 and peer.conn.receive_window(3) == 16384
+    peer.send(frame(SETTINGS, ACK, 0))
+    assert peer.conn.receive_window(3) == 16384 and peer.conn.receive_window(1) == 16384 - 60000
+    peer.send(frame(DATA, 0, 3, b"x" * 16385))
+    assert peer.resets() == [(3, FLOW_CONTROL_ERROR)]
+
+
+def test_streams_opened_past_a_lowered_limit_before_the_client_read_it_are_refused() -> None:
+    peer = Peer(max_concurrent_streams=100)
+    peer.conn.settle(65536, 2)
+    peer.send(frame(HEADERS, END_HEADERS, 1, peer.block()) + frame(HEADERS, END_HEADERS, 3, peer.block()))
+    assert peer.resets() == []
+    peer.send(frame(HEADERS, END_HEADERS, 5, peer.block()))
+    assert peer.resets() == [(5, REFUSED_STREAM)]  # clients retry a refused stream
