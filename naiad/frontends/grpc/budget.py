@@ -77,14 +77,16 @@ class Windows:
             self._announce(max(self.least, self.exposure // (4 * n)))
 
     def outgrown(self, need: int) -> None:
-        """A message of ``need`` bytes (prefix included) did not fit its stream's window: a larger one for the next,
-        as far as the streams recently open allow."""
+        """A message of ``need`` bytes (prefix included) did not fit its stream's window: a window that holds the
+        next such message, if the streams recently open leave room for it. (One that still couldn't hold it would save
+        little: the wait comes after the window's bytes instead of after the first, and a message that large takes
+        longer to send than the wait.)"""
         h2 = self.h2
         if need <= h2.stream_window or h2.unacknowledged > 2:  # (a client that does not acknowledge gets no more)
             return
         streams = max(FEW_STREAMS, 2 * self.peak, len(h2.streams) + 1)
         window = min(self.most, -(-need // STEP) * STEP, self.exposure // streams)
-        if window > h2.stream_window:
+        if window >= need:
             self._announce(window)
 
     def _announce(self, window: int) -> None:

@@ -128,9 +128,7 @@ def test_a_streaming_calls_room_comes_back_when_its_handler_takes_the_message() 
     assert peer.budget.reserved == 5 + size and peer.h2.receive_window(1) == 0
     peer.budget.handed(call)  # taken: room back, and the stream may send a window's worth again
     assert peer.budget.reserved == 0
-    window = peer.h2.stream_window
-    assert window == 2 * WINDOW  # (grown for the next such message, as far as a limit of 1 MiB allows: LIMIT // 8)
-    assert window_updates(peer.h2.data_to_send()) == {1: window}
+    assert window_updates(peer.h2.data_to_send()) == {1: WINDOW}  # (a window of LIMIT // 8 couldn't hold it: not grown)
     # small messages: each gives its bytes back as the handler takes it
     peer.send(call, message_head(10) + b"y" * 10)
     call.body = None
@@ -222,20 +220,24 @@ def test_messages_that_outgrow_the_window_grow_it_for_the_next_within_the_same_b
     assert window_updates(peer.h2.data_to_send()) == {}
 
 
-def test_the_window_grows_only_as_far_as_the_streams_open_allow_and_shrinks_as_the_client_opens_more() -> None:
+def test_the_window_grows_only_where_the_streams_open_leave_room_and_shrinks_as_the_client_opens_more() -> None:
     peer = Peer(**DEFAULTS)  # type: ignore[arg-type]
     sids = list(range(1, 2 * 40, 2))
     for sid in sids:  # 40 streams open
         peer.open(sid)
-    call = Call(sids[0])
-    peer.send(call, message_head(4 << 20))
+    huge = Call(sids[0])
+    peer.send(huge, message_head(4 << 20))
+    peer.budget.reserve(huge)
+    # 80 streams (twice those open) of 4 MiB would be 320 MiB of windows: the window stays.
+    assert settings_sent(peer.h2.data_to_send()) == []
+    call = Call(sids[1])
+    peer.send(call, message_head(300 << 10))
     peer.budget.reserve(call)
     (announced,) = settings_sent(peer.h2.data_to_send())
-    # Room for twice the streams open: 80 streams of 409 KiB, not 7 of 4 MiB.
-    assert announced == {INITIAL_WINDOW_SIZE: (32 << 20) // 80, MAX_CONCURRENT_STREAMS: 80}
+    assert announced == {INITIAL_WINDOW_SIZE: 320 << 10, MAX_CONCURRENT_STREAMS: (32 << 20) // (320 << 10)}
     peer.h2.receive(frame(SETTINGS, ACK, 0))
     limit = peer.h2.max_streams
-    more = list(range(sids[-1] + 2, sids[-1] + 2 + 2 * (limit * 3 // 4 - 40), 2))
+    more = list(range(sids[-1] + 2, sids[-1] + 2 + 2 * (-(-limit * 3 // 4) - 40), 2))
     for sid in more:  # the client nears the lowered limit: the window gives way to streams
         peer.open(sid)
     (shrunk,) = settings_sent(peer.h2.data_to_send())
