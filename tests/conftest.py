@@ -87,11 +87,6 @@ def pytest_configure(config: pytest.Config) -> None:
 NOT_WITH_FRONTEND_PROCESSES = {
     "tests/reliability/test_load_cycles.py": "counts the server's child processes",
     "tests/reliability/test_load_pool.py": "counts the server's child processes",
-    # Not yet the same: a model's own load (pb_utils.load_model) reaches the front ends' readiness with the host's
-    # next look at the repository (every 0.2 s), which may come after that model's answer; repository events (issue
-    # 31, item 6) will tell them before it.
-    "tests/repository/test_control.py::test_python_model_loads_and_unloads_another":
-        "a model's own load is seen by the front ends up to 0.2 s after its answer",
 }
 
 
