@@ -84,6 +84,9 @@ class H2Connection:
         # (what it is sure of), and a change applies to every open stream (``_account``).
         self._windows: deque[int] = deque((f.DEFAULT_WINDOW,))
         self.max_streams = limits.max_concurrent_streams  # the lowest we announced: more open streams are refused
+        # A higher limit the client may still be using, until it acknowledges the SETTINGS that lowered it: streams
+        # it opens below that are refused without counting as resets (it didn't know).
+        self._streams_before = 0
         self.streams: dict[int, _Stream] = {}
         self._blocked: dict[int, _Stream] = {}
         self.last_stream_id = 0  # the highest stream the client opened
@@ -133,6 +136,8 @@ class H2Connection:
         if window == self.stream_window and max_streams == self.max_streams:
             return
         self.stream_window = window
+        if max_streams < self.max_streams:
+            self._streams_before = max(self._streams_before, self.max_streams)
         self.max_streams = max_streams
         self._out.append(f.settings((f.MAX_CONCURRENT_STREAMS, max_streams), (f.INITIAL_WINDOW_SIZE, window)))
         self._announce(window)
@@ -416,7 +421,7 @@ class H2Connection:
         self.last_stream_id = sid
         if self.closing or len(self.streams) >= self.max_streams:
             self._induce(f.rst_stream(sid, f.REFUSED_STREAM), events)
-            if not self.closing:
+            if not self.closing and len(self.streams) >= self._streams_before:
                 self._count_reset(events)
             return
         stream = self.streams[sid] = _Stream(sid, self.initial_window, self._counted, self.clock())
@@ -440,6 +445,8 @@ class H2Connection:
                     windows = self._windows
                     windows.popleft()
                     self._account(max(windows))
+                    if len(windows) == 1:
+                        self._streams_before = 0
             elif n % 6:
                 self._fail(f.FRAME_SIZE_ERROR, events, b"SETTINGS length not a multiple of 6")
             else:

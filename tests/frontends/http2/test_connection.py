@@ -654,9 +654,18 @@ def test_a_raised_stream_window_counts_at_once_and_a_lowered_one_from_its_ack() 
 
 
 def test_streams_opened_past_a_lowered_limit_before_the_client_read_it_are_refused() -> None:
-    peer = Peer(max_concurrent_streams=100)
+    peer = Peer(max_concurrent_streams=100, reset_burst=2, reset_rate=0.0)
     peer.conn.settle(65536, 2)
     peer.send(frame(HEADERS, END_HEADERS, 1, peer.block()) + frame(HEADERS, END_HEADERS, 3, peer.block()))
     assert peer.resets() == []
-    peer.send(frame(HEADERS, END_HEADERS, 5, peer.block()))
-    assert peer.resets() == [(5, REFUSED_STREAM)]  # clients retry a refused stream
+    for sid in (5, 7, 9):
+        peer.send(frame(HEADERS, END_HEADERS, sid, peer.block()))
+        assert peer.resets() == [(sid, REFUSED_STREAM)]  # clients retry a refused stream
+    # The client hadn't read the lower limit: those refusals cost it none of its reset tokens (2 here). Once it
+    # acknowledged the limit, streams past it count as before.
+    peer.send(frame(SETTINGS, ACK, 0))
+    for sid in (11, 13):
+        peer.send(frame(HEADERS, END_HEADERS, sid, peer.block()))
+    assert not peer.conn.terminated
+    events = peer.send(frame(HEADERS, END_HEADERS, 15, peer.block()))
+    assert isinstance(events[-1], ConnectionTerminated) and events[-1].error_code == ENHANCE_YOUR_CALM
