@@ -34,6 +34,7 @@ from typing import Any
 
 import grpc
 
+from naiad.core.answer import Answer
 from naiad.core.errors import InferError
 from naiad.core.inflate import DEFLATE, GZIP, TooLarge, inflate
 from naiad.core.model_view import ModelView
@@ -128,7 +129,7 @@ class Call:
         self.handler: Any = None
         self.inbox: asyncio.Queue | None = None  # request messages of a streaming call
         self.task: asyncio.Future | None = None  # a handler running for the call
-        self.future: asyncio.Future | None = None  # a queued ModelInfer
+        self.future: asyncio.Future | Answer | None = None  # a queued ModelInfer
         self.started = False  # response HEADERS sent
         self.closed = False  # trailers sent
         self.encoding = "identity"
@@ -475,7 +476,7 @@ class Connection(asyncio.Protocol):
                 if model is None:
                     call.task = asyncio.ensure_future(self.model_infer_later(call, request, raw))
                     return
-            future, model, options = inference.begin(request, model, call.headers, raw)
+            future, model, options = inference.begin(request, model, call.headers, raw, answer=True)
         except InferError as exc:
             self.trailers_only(call, GRPC_STATUS[exc.code], exc.message)
             return
@@ -483,7 +484,7 @@ class Connection(asyncio.Protocol):
             self.failed(call.sid, exc)
             return
 
-        def done(future: asyncio.Future) -> None:
+        def done(future: Any) -> None:  # (an asyncio future or a core.answer.Answer)
             if future.cancelled() or call.closed:
                 return  # the client reset the stream or went away meanwhile
             raw: list[bytes | memoryview] = []

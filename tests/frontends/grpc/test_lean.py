@@ -51,8 +51,8 @@ class Inference:
     def view(self, request: pb.ModelInferRequest) -> object:
         return object()  # (known at once: the engine's hot path)
 
-    def begin(self, request: pb.ModelInferRequest, model: object, headers: dict, raw: object = None
-              ) -> tuple[asyncio.Future, None, None]:
+    def begin(self, request: pb.ModelInferRequest, model: object, headers: dict, raw: object = None,
+              answer: bool = False) -> tuple[asyncio.Future, None, None]:
         future = asyncio.get_running_loop().create_future()
         self.futures.append(future)
         return future, None, None
@@ -106,11 +106,11 @@ def test_a_peer_that_does_not_read_is_not_read() -> None:
 class Failing(Inference):
     """Raises what no handler expects for model "boom": a bug in decoding, say."""
 
-    def begin(self, request: pb.ModelInferRequest, model: object, headers: dict, raw: object = None
-              ) -> tuple[asyncio.Future, None, None]:
+    def begin(self, request: pb.ModelInferRequest, model: object, headers: dict, raw: object = None,
+              answer: bool = False) -> tuple[asyncio.Future, None, None]:
         if request.model_name == "boom":
             raise RuntimeError("boom")
-        return super().begin(request, model, headers, raw)
+        return super().begin(request, model, headers, raw, answer)
 
 
 def test_an_unexpected_error_fails_its_call_not_the_connection() -> None:
