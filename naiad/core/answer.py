@@ -92,6 +92,14 @@ class Answer:
         return self.result()
 
 
+def for_reply(in_flight: int) -> Any:
+    """The future a front end hands the face (``infer(request, view, future)``) for a unary reply it writes from
+    the future's callback: alone (nothing else in flight), an ``Answer``, so the reply leaves within the model's
+    completion; under load None, for the face's own loop future, so replies wait for the loop's turn behind the next
+    executions' sends."""
+    return None if in_flight else Answer()
+
+
 def _call(callback: Callable[[Answer], object], answer: Answer) -> None:
     # A callback's error is logged, as the event loop logs an asyncio future's: it must not reach the model's
     # completion, within which it runs.

@@ -103,10 +103,6 @@ class Budget:
         self.reserved = 0
         self.waiting: deque[Held] = deque()
 
-    def opened(self) -> None:
-        """A call's stream opened (the windows follow how many are open)."""
-        self.windows.opened()
-
     def reserve(self, call: Held) -> int:
         """The message at the start of ``call.body`` is still arriving: if its stream's window can't take all of
         it, reserve room and open the window for the rest, or queue the call for room. Returns the message's size

@@ -18,7 +18,7 @@ from typing import Any
 import grpc
 from tritonclient.grpc import service_pb2 as pb
 
-from naiad.core.answer import Answer
+from naiad.core.answer import for_reply
 from naiad.core.errors import Code, InferError, internal
 from naiad.frontends.grpc.codec import (
     OutputOptions,
@@ -91,19 +91,15 @@ class Inference:
         """Decode and queue a ModelInfer request for ``model``'s version (raises ``InferError``): the half every
         server engine shares. ``metadata`` (see ``forwarded``) is read only when headers are forwarded; ``raw``: the
         raw_input_contents kept out of the message (raw_contents.py). ``answer``: the caller answers from the
-        future's callback, so with nothing else in flight the future is an ``Answer``, whose callbacks run within
-        the model's completion instead of a later turn of the loop (as the HTTP front end's replies do)."""
+        future's callback (not by awaiting it), so the future is ``core.answer.for_reply``'s, as the HTTP front
+        end's replies are."""
         service = self.service
         if model.decoupled:
             raise InferError(_DECOUPLED_INFER, Code.UNSUPPORTED)
         request, options = decode_request(message, model, service.shared_memory, raw)
         if self.forward is not None and metadata is not None:
             request.parameters.update(self.forwarded(metadata))
-        if answer and not service.in_flight:  # (under load replies wait for the loop's turn, behind the sends)
-            future: Any = Answer()
-            service.infer(request, model, future)
-            return future, model, options
-        return service.infer(request, model), model, options
+        return service.infer(request, model, for_reply(service.in_flight) if answer else None), model, options
 
     @staticmethod
     def finish(response: Any, model: ModelView, options: OutputOptions,

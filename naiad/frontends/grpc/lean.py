@@ -358,7 +358,7 @@ class Connection(asyncio.Protocol):
         if self.compress_level is not None and path in _COMPRESSED_PATHS:
             call.compress = compression_for(self.compress_level, headers.get("grpc-accept-encoding", ""))
         self.calls[call.sid] = call
-        self.budget.opened()
+        self.budget.windows.opened()  # (the windows follow how many streams are open)
         if handler.request_streaming:
             refusal = getattr(handler.stream_stream, "refusal", None)  # a restricted protocol: refused at once
             if refusal is not None and (message := refusal(tuple(headers.items()))) is not None:

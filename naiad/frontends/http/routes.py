@@ -11,7 +11,7 @@ from urllib.parse import unquote
 
 import orjson
 
-from naiad.core.answer import Answer
+from naiad.core.answer import for_reply
 from naiad.core.errors import Code, InferError, internal, invalid
 from naiad.core.request import InferRequest, InferResponse
 from naiad.frontends.dashboard.routes import Dashboard
@@ -195,11 +195,7 @@ class Router:
         if self.forward is not None:
             request.parameters.update(self.forward.select(header_pairs(headers)))
         service = self.service
-        if service.in_flight:  # under load the replies wait for the loop's turn, behind the next executions' sends
-            future: Any = service.infer(request, model)
-        else:  # alone: the reply leaves within the model's completion (core.answer.Answer)
-            future = Answer()
-            service.infer(request, model, future)
+        future = service.infer(request, model, for_reply(service.in_flight))
         accept = headers.get(b"accept-encoding")
         return Deferred(future, lambda f: self._infer_reply(f.result(), options, accept, model))
 

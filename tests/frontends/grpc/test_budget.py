@@ -3,6 +3,7 @@ connection has room for, and only once room comes back; messages that can never 
 
 from __future__ import annotations
 
+import struct
 from collections import deque
 
 from hpack import Encoder
@@ -11,7 +12,7 @@ from naiad.frontends.grpc.budget import Budget, stream_window
 from naiad.frontends.http2.connection import H2Connection
 from naiad.frontends.http2.events import DataReceived
 from naiad.frontends.http2.limits import Limits
-from tests.http2_frames import frame
+from tests.http2_frames import frame, frames_of
 
 PREFACE = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n"
 DATA, HEADERS, SETTINGS, WINDOW_UPDATE = 0, 1, 4, 8
@@ -60,7 +61,7 @@ class Peer:
                                      (":authority", "x"), ("content-type", "application/grpc")])
         self.h2.receive(frame(HEADERS, END_HEADERS, sid, block))
         if sid in self.h2.streams:
-            self.budget.opened()  # as the lean engine does for each call
+            self.budget.windows.opened()  # as the lean engine does for each call
 
     def send(self, call: Call, data: bytes, end: bool = False) -> None:
         events = self.h2.receive(frame(DATA, END_STREAM if end else 0, call.sid, data))
@@ -183,15 +184,8 @@ def test_a_window_topped_up_before_the_ack_is_topped_up_to_the_budgets_window() 
 
 
 def settings_sent(data: bytes) -> list[dict[int, int]]:
-    out = []
-    while data:
-        length = int.from_bytes(data[:3], "big")
-        if data[3] == SETTINGS and not data[4] & ACK:
-            payload = data[9:9 + length]
-            out.append({int.from_bytes(payload[i:i + 2], "big"): int.from_bytes(payload[i + 2:i + 6], "big")
-                        for i in range(0, length, 6)})
-        data = data[9 + length:]
-    return out
+    return [dict(struct.iter_unpack(">HI", payload)) for kind, flags, _, payload in frames_of(data)
+            if kind == SETTINGS and not flags & ACK]
 
 
 INITIAL_WINDOW_SIZE, MAX_CONCURRENT_STREAMS = 0x4, 0x3
