@@ -91,6 +91,7 @@ class Ingress(RpcIngress):
         self.handles = Handles()
         self.unrouted = {method: for_method(self.model, method) for method in (CALL, RPC, STREAM)}
         self.first: dict[str, asyncio.Future] = {}  # a model's first request, while it is under way
+        self.placing: set[asyncio.Task] = set()  # models answered once, until Ray's router knows where they went
         self.board: Any = None  # the statistics board, found on first use
         super().__init__(self.service)
 
@@ -215,6 +216,11 @@ class Ingress(RpcIngress):
         handle = self.handles.add(name, self.model.options(multiplexed_model_id=name), method)
         done = self.first[name] = asyncio.get_running_loop().create_future()
         try:
+            if self.placing:
+                # Another model has just loaded on a replica that Ray's router doesn't know of yet. Ray sends a
+                # model held nowhere to the replicas with the fewest models: by that stale view, possibly the
+                # other one's, which (at --max-models-per-replica) would evict it. At most _PLACED_S, once.
+                await asyncio.wait(list(self.placing), timeout=_PLACED_S)
             answer = await self._call(handle, name, method, args)
         except BaseException:
             self._release(name, done)
@@ -222,7 +228,8 @@ class Ingress(RpcIngress):
         # The waiters go once Ray's router knows where the model went; this answer needn't wait for that.
         # (Its handle's router: the one that learned the way there.) Once per model, not on the per-request path.
         task = asyncio.ensure_future(_placed(handle, name))
-        task.add_done_callback(lambda _: self._release(name, done))
+        self.placing.add(task)
+        task.add_done_callback(lambda _: (self.placing.discard(task), self._release(name, done)))
         return answer
 
     def _release(self, name: str, done: asyncio.Future) -> None:
