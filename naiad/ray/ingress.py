@@ -229,8 +229,12 @@ class Ingress(RpcIngress):
         # (Its handle's router: the one that learned the way there.) Once per model, not on the per-request path.
         task = asyncio.ensure_future(_placed(handle, name))
         self.placing.add(task)
-        task.add_done_callback(lambda _: (self.placing.discard(task), self._release(name, done)))
+        task.add_done_callback(lambda _: self._landed(task, name, done))
         return answer
+
+    def _landed(self, task: asyncio.Task, name: str, done: asyncio.Future) -> None:
+        self.placing.discard(task)
+        self._release(name, done)
 
     def _release(self, name: str, done: asyncio.Future) -> None:
         if self.first.get(name) is done:  # (a first again, its handles dropped meanwhile, has its own)

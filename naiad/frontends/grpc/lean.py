@@ -33,13 +33,14 @@ from collections.abc import AsyncIterator
 from typing import Any
 
 import grpc
+import numpy as np
 
 from naiad.core.answer import Answer
 from naiad.core.errors import InferError
 from naiad.core.inflate import DEFLATE, GZIP, TooLarge, inflate
 from naiad.core.model_view import ModelView
 from naiad.frontends.connections import PORT_FULL, Gate, peer_address
-from naiad.frontends.grpc.budget import Budget, stream_window
+from naiad.frontends.grpc.budget import PREFIX, Budget, stream_window
 from naiad.frontends.grpc.inference import UNPARSABLE_MESSAGE, Inference
 from naiad.frontends.grpc.options import MAX_DECOMPRESSED_SIZE, GrpcOptions, compression_for
 from naiad.frontends.grpc.raw_contents import SPLIT, response_tail, split_request
@@ -66,6 +67,10 @@ _COMPRESSED_PATHS = (_INFER_PATH, "/inference.GRPCInferenceService/ModelStreamIn
 _COMPRESSORS = {"gzip": lambda data: zlib.compress(data, wbits=31), "deflate": zlib.compress}
 INF = float("inf")
 REFUSAL = 2.0  # seconds a refused connection stays open for its calls' UNAVAILABLE answers
+# What a read takes when it doesn't go to a call's message: small requests (and the first part of a big one, which
+# is copied twice, as bytes and to its message's memory) fit.
+SCRATCH = 64 * 1024
+PLACED = 64 * 1024  # a unary call's message from this size on is read to memory of its own (Call.into)
 
 
 def _percent_encode(message: str) -> bytes:
@@ -117,15 +122,18 @@ class Context:
 class Call:
     """One RPC: the gRPC side of one HTTP/2 stream."""
 
-    __slots__ = ("sid", "headers", "body", "parts", "later", "handler", "inbox", "task", "future", "started",
-                 "closed", "encoding", "compress", "reserved", "need", "sizes", "queued")
+    __slots__ = ("sid", "headers", "body", "parts", "later", "into", "handler", "inbox", "task", "future",
+                 "started", "closed", "encoding", "compress", "reserved", "need", "sizes", "queued")
 
     def __init__(self, sid: int, headers: dict[str, str]) -> None:
         self.sid = sid
         self.headers = headers
         self.body: bytes | bytearray | memoryview | None = None  # request bytes not yet made into messages
         self.parts: list[bytes | bytearray | memoryview] | None = None  # a unary call's bytes after ``body``
-        self.later = 0  # their length
+        self.later = 0  # their length (with ``into``: the bytes of it filled)
+        # A unary call's big message, whole size known: where the rest of it is read to, straight from the socket
+        # (Connection.get_buffer), its first ``later`` bytes filled.
+        self.into: memoryview | None = None
         self.handler: Any = None
         self.inbox: asyncio.Queue | None = None  # request messages of a streaming call
         self.task: asyncio.Future | None = None  # a handler running for the call
@@ -141,7 +149,11 @@ class Call:
         self.queued = 0
 
 
-class Connection(asyncio.Protocol):
+class Connection(asyncio.BufferedProtocol):
+    """One client connection. It reads into buffers it hands the transport (``get_buffer``): a unary call's big
+    message goes straight from the socket to memory of its own, where its tensors are read from (no copy from the
+    transport's buffer, and none to join the pieces); everything else through ``scratch``, copied to bytes once."""
+
     def __init__(self, server: LeanServer) -> None:
         self.server = server
         self.paths = server.paths
@@ -152,6 +164,9 @@ class Connection(asyncio.Protocol):
         self.h2 = H2Connection(server.limits)
         self.calls: dict[int, Call] = {}
         self.receiving = False  # inside data_received: writes wait for its end, to go out as one
+        self.scratch = memoryview(bytearray(SCRATCH))
+        self.placing: memoryview | None = None  # the part of a call's ``into`` handed to the transport to read to
+        self.placed = False  # the bytes data_received has are already in their call's ``into``
         self.transport: asyncio.Transport | None = None
         self.budget = Budget(self.h2, server.buffer_limit, self.h2.limits.stream_window or 0)
         self.address: str | None = None
@@ -269,6 +284,31 @@ class Connection(asyncio.Protocol):
         if close and self.transport is not None:
             self.transport.close()
 
+    def get_buffer(self, sizehint: int) -> memoryview:
+        sid, due = self.h2.payload_due()
+        if due:
+            call = self.calls.get(sid)
+            if call is not None and call.into is not None:
+                filled = call.later
+                room = len(call.into) - filled
+                if room > 0:
+                    placing = self.placing = call.into[filled:filled + min(due, room)]
+                    return placing
+        self.placing = None
+        return self.scratch
+
+    def buffer_updated(self, nbytes: int) -> None:
+        placing = self.placing
+        if placing is None:
+            self.data_received(self.scratch[:nbytes].tobytes())
+            return
+        self.placing = None
+        self.placed = True
+        try:
+            self.data_received(placing[:nbytes])  # type: ignore[arg-type]
+        finally:
+            self.placed = False
+
     def data_received(self, data: bytes) -> None:
         POLL.arrived()
         self.receiving = True
@@ -375,7 +415,9 @@ class Connection(asyncio.Protocol):
             return  # answered already (e.g. an unknown method): the rest of its request does not matter
         body = call.body
         data = event.data
-        if body is None:
+        if call.into is not None:
+            self.fill(call, data)
+        elif body is None:
             call.body = data
         elif call.parts is not None:
             call.parts.append(data)
@@ -393,8 +435,46 @@ class Connection(asyncio.Protocol):
             self.feed(call, event.end_stream)
         elif event.end_stream:
             self.unary(call)
-        else:
+        elif call.into is None:
             self.make_room(call)
+            if not call.closed:
+                self.place(call)
+
+    def place(self, call: Call) -> None:
+        """A unary call's message big enough to be worth it, with its size known and the room for it granted
+        (reserved from the budget, or within the stream's window): memory of its own for it, where what has come
+        is copied and the rest is read to (``get_buffer``). Uninitialized (NumPy's empty: no pages written before
+        the socket's bytes), and what it holds of the message's end is never read: ``unary`` checks the size."""
+        body = call.body
+        if body is None or len(body) < PREFIX:
+            return
+        need = PREFIX + int.from_bytes(body[1:PREFIX], "big")
+        have = len(body) + call.later
+        if need < PLACED or have >= need or not (call.reserved or need <= self.h2.stream_window):
+            return
+        into = memoryview(np.empty(need, np.uint8))  # type: ignore[arg-type]
+        into[:len(body)] = body
+        at = len(body)
+        for part in call.parts or ():
+            into[at:at + len(part)] = part
+            at += len(part)
+        call.into, call.later, call.body, call.parts = into, at, None, None
+
+    def fill(self, call: Call, data: bytes | bytearray | memoryview) -> None:
+        """More of a placed message: already in place when read there (``placed``), else copied there. Bytes past
+        the message's size (a second message in a unary call) make it ordinary again, for ``unary`` to refuse."""
+        at = call.later
+        end = at + len(data)
+        into = call.into
+        if into is None:
+            return
+        if end > len(into):
+            call.into, call.body, call.parts, call.later = None, into[:at], [data], len(data)
+        elif not self.placed:
+            into[at:end] = data
+            call.later = end
+        else:
+            call.later = end
 
     def make_room(self, call: Call) -> None:
         """A message still arriving: reserve the connection's room for it (budget.py), or refuse it as grpc
@@ -435,7 +515,9 @@ class Connection(asyncio.Protocol):
     def unary(self, call: Call) -> None:
         body = call.body or b""
         call.body = None
-        if call.parts is not None:
+        if call.into is not None:
+            body, call.into, call.later = call.into[:call.later], None, 0
+        elif call.parts is not None:
             body = b"".join((body, *call.parts))
             call.parts, call.later = None, 0
         with memoryview(body) as view:

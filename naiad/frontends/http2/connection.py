@@ -186,7 +186,10 @@ class H2Connection:
 
     # -- receiving --------------------------------------------------------------------------------------------
 
-    def receive(self, data: bytes) -> list[Event]:
+    def receive(self, data: bytes | memoryview) -> list[Event]:
+        """The events ``data`` completes. Bytes as they came off the transport; or a memoryview of the memory the
+        payload ``payload_due`` announced was read into, which the events' data then are views of (so it must
+        not change while they are held)."""
         events: list[Event] = []
         if self.terminated:
             return events
@@ -195,6 +198,8 @@ class H2Connection:
             pos = self._data_arriving(data, 0, events)
             if pos == len(data):
                 return events
+        if type(data) is memoryview:  # more than the payload due: the rest is read as bytes, as any
+            data, pos = bytes(data[pos:]), 0
         buf = self._buf
         if buf or not self._preface:
             buf += data[pos:] if pos else data
@@ -219,8 +224,7 @@ class H2Connection:
                 self._fail(f.FRAME_SIZE_ERROR, events, b"frame larger than SETTINGS_MAX_FRAME_SIZE")
                 break
             if end - pos - 9 < length:
-                if kind == _DATA and length >= _BIG and not flags & f.PADDED and not self._continuing \
-                        and type(data) is bytes:
+                if kind == _DATA and length >= _BIG and not flags & f.PADDED and not self._continuing:
                     # A big DATA frame only partly here: its payload goes on as it arrives, not gathered first.
                     self._data_flags, self._data_left = flags, length
                     self._data_sid = self._on_data(flags, sid & _MASK, data, pos + 9, pos + 9, events, length)
@@ -311,9 +315,16 @@ class H2Connection:
             events.append(DataReceived(sid, data[start:end], False))
         return sid
 
-    def _data_arriving(self, data: bytes, pos: int, events: list[Event]) -> int:
+    def payload_due(self) -> tuple[int, int]:
+        """The big DATA frame whose payload is arriving: (its stream, bytes still due), or (0, 0). What the
+        application reads next may go straight where it keeps that stream's data, and be handed to ``receive`` as
+        a memoryview of it (``_data_arriving``)."""
+        return (self._data_sid, self._data_left) if self._data_left else (0, 0)
+
+    def _data_arriving(self, data: bytes | bytearray | memoryview, pos: int, events: list[Event]) -> int:
         """Hand on what ``data`` (from ``pos``) holds of the DATA payload still due; returns where it ends. The
-        payload is a view of ``data`` (bytes: immutable), so it is copied once, by whoever keeps it."""
+        payload is a view of ``data`` when that is bytes (immutable: copied once, by whoever keeps it) or a
+        memoryview (the application's own memory, where it read the payload to: ``payload_due``), else a copy."""
         n = min(self._data_left, len(data) - pos)
         left = self._data_left = self._data_left - n
         sid = self._data_sid
@@ -325,7 +336,9 @@ class H2Connection:
                 end_stream = not left and bool(self._data_flags & f.END_STREAM)
                 if end_stream:
                     stream.remote_closed = True
-                chunk = memoryview(data)[pos:pos + n] if type(data) is bytes else bytes(data[pos:pos + n])
+                kind = type(data)
+                chunk = memoryview(data)[pos:pos + n] if kind is bytes else data[pos:pos + n] \
+                    if kind is memoryview else bytes(memoryview(data)[pos:pos + n])
                 events.append(DataReceived(sid, chunk, end_stream))
         return pos + n
 

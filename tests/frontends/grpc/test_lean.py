@@ -1,6 +1,6 @@
 """The lean engine's adapter over the HTTP/2 core, with a recording transport: a call the client abandons cancels
-the work queued for it, a peer that stops reading stops being read, and a large message sent before the client read
-our SETTINGS arrives whole."""
+the work queued for it, a peer that stops reading stops being read, a large message sent before the client read
+our SETTINGS arrives whole, and a big unary message is read from the socket straight to memory of its own."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ import grpc
 from hpack import Encoder
 from tritonclient.grpc import service_pb2 as pb
 
-from naiad.frontends.grpc.lean import Connection, LeanServer, limits_for
+from naiad.frontends.grpc.lean import SCRATCH, Connection, LeanServer, limits_for
 from naiad.frontends.grpc.options import GrpcOptions
 from naiad.frontends.http2.frames import literal
 from tests.http2_frames import frame
@@ -192,3 +192,89 @@ def test_a_large_message_sent_before_the_client_read_our_settings_arrives_whole(
 
     granted, rest, queued = asyncio.run(scenario())
     assert granted >= rest and queued == 1  # (more when the client also read the window grown for the next)
+
+
+class Keeping(Inference):
+    """Also keeps each ModelInfer's request and raw tensors."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.requests: list[tuple[pb.ModelInferRequest, object]] = []
+
+    def begin(self, request: pb.ModelInferRequest, model: object, headers: dict, raw: object = None,
+              answer: bool = False) -> tuple[asyncio.Future, None, None]:
+        self.requests.append((request, raw))
+        return super().begin(request, model, headers, raw, answer)
+
+
+def _read(connection: Connection, wire: bytes, chunk: int = 1 << 20) -> tuple[int, set[int]]:
+    """What the transport does with a BufferedProtocol: read (at most ``chunk`` bytes at a time) into
+    ``get_buffer``'s memory, then ``buffer_updated``. Returns how many bytes went elsewhere than the connection's
+    scratch, and the ids of the objects they went to."""
+    placed, where = 0, set()
+    at = 0
+    while at < len(wire):
+        buffer = connection.get_buffer(65536)
+        n = min(len(buffer), len(wire) - at, chunk)
+        buffer[:n] = wire[at:at + n]
+        if buffer.obj is not connection.scratch.obj:
+            placed += n
+            where.add(id(buffer.obj))
+        connection.buffer_updated(n)
+        at += n
+    return placed, where
+
+
+def test_a_big_unary_message_is_read_straight_to_memory_of_its_own() -> None:
+    """Past the first read (into the connection's scratch), the rest of a big message goes from the socket to the
+    call's own memory, where the tensors are read from: no copy from the transport's buffer, none to join."""
+    async def scenario() -> tuple[list[memoryview], Keeping, bytes]:
+        inference = Keeping()
+        handler = grpc.unary_unary_rpc_method_handler(lambda request, context: None,
+                                                      request_deserializer=pb.ModelInferRequest.FromString)
+        options = GrpcOptions()
+        connection = Connection(LeanServer({PATH: handler}, inference,  # type: ignore[arg-type]
+                                           limits=limits_for(options), options=options))
+        connection.connection_made(Transport())  # type: ignore[arg-type]
+        tensor = bytes(range(256)) * 4096  # 1 MiB
+        message = pb.ModelInferRequest(model_name="m", raw_input_contents=[tensor]).SerializeToString()
+        body = b"\0" + struct.pack(">I", len(message)) + message
+        block = Encoder().encode([(":method", "POST"), (":scheme", "http"), (":path", PATH), (":authority", "x"),
+                                  ("content-type", "application/grpc"), ("te", "trailers")])
+        # As grpc-core sends it once the window has grown: in DATA frames as large as we allow (1 MiB).
+        connection.data_received(PREFACE + frame(4, 0, 0, b"") + frame(4, 0x1, 0, b""))
+        connection.h2.settle(2 << 20, 16)
+        half = len(body) // 2
+        wire = frame(1, 0x4, 1, block) + frame(0, 0, 1, body[:half]) + frame(0, 0x1, 1, body[half:])
+        placed, where = _read(connection, wire, chunk=200_000)
+        return placed, where, inference, tensor
+
+    placed, where, inference, tensor = asyncio.run(scenario())
+    ((request, raw),) = inference.requests
+    assert request.model_name == "m" and bytes(raw[0]) == tensor  # type: ignore[index]
+    # All but the read that brought each frame's header (into the scratch) went in place, to the memory the tensor
+    # is read from.
+    assert placed >= len(tensor) - 2 * SCRATCH
+    assert where == {id(raw[0].obj)}  # type: ignore[index]
+
+
+def test_a_second_message_after_a_placed_one_is_refused_as_before() -> None:
+    async def scenario() -> tuple[bytes, int]:
+        inference = Keeping()
+        handler = grpc.unary_unary_rpc_method_handler(lambda request, context: None,
+                                                      request_deserializer=pb.ModelInferRequest.FromString)
+        connection = Connection(LeanServer({PATH: handler}, inference))  # type: ignore[arg-type]
+        transport = Transport()
+        connection.connection_made(transport)  # type: ignore[arg-type]
+        message = pb.ModelInferRequest(model_name="m", raw_input_contents=[bytes(300_000)]).SerializeToString()
+        body = b"\0" + struct.pack(">I", len(message)) + message
+        block = Encoder().encode([(":method", "POST"), (":scheme", "http"), (":path", PATH), (":authority", "x"),
+                                  ("content-type", "application/grpc"), ("te", "trailers")])
+        connection.data_received(PREFACE + frame(4, 0, 0, b"") + frame(4, 0x1, 0, b""))
+        connection.h2.settle(1 << 20, 16)
+        _read(connection, frame(1, 0x4, 1, block) + frame(0, 0, 1, body) + frame(0, 0x1, 1, body[:100_000]))
+        return transport.written, len(inference.requests)
+
+    written, queued = asyncio.run(scenario())
+    assert queued == 0
+    assert literal(b"grpc-status", b"12") in written and b"Expected exactly one request message" in written

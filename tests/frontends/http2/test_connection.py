@@ -606,6 +606,27 @@ def test_big_data_frame_is_handed_on_as_it_arrives() -> None:
     assert isinstance(events[-1], ConnectionTerminated) and events[-1].error_code == FLOW_CONTROL_ERROR
 
 
+def test_a_big_payload_read_to_the_applications_memory_comes_back_as_views_of_it() -> None:
+    peer = Peer(max_frame_size=1 << 20)
+    peer.send(frame(HEADERS, END_HEADERS, 1, peer.block()))
+    body = bytes(range(256)) * 1024
+    wire = frame(DATA, END_STREAM, 1, body)
+    assert peer.conn.payload_due() == (0, 0)
+    # The frame's header split over two reads (gathered, not bytes) still hands the payload on as it comes.
+    events = peer.send(wire[:4]) + peer.send(wire[4:1009])
+    assert [bytes(e.data) for e in events] == [body[:1000]]
+    assert peer.conn.payload_due() == (1, len(body) - 1000)
+    mine = bytearray(len(body))  # where the application keeps the stream's data; the rest is read to it
+    at = 1000
+    for size in (60000, 100000, len(body) - 161000):
+        mine[at:at + size] = body[at:at + size]  # (what a read from the socket into this memory would do)
+        (event,) = peer.send(memoryview(mine)[at:at + size])  # type: ignore[arg-type]
+        assert event.data.obj is mine and bytes(event.data) == body[at:at + size]  # a view, not a copy
+        at += size
+        assert peer.conn.payload_due() == ((1, len(body) - at) if at < len(body) else (0, 0))
+    assert event.end_stream
+
+
 def test_big_data_frame_for_an_answered_stream_is_dropped_and_the_next_frame_read() -> None:
     peer = Peer(max_frame_size=1 << 20)
     peer.send(frame(HEADERS, END_HEADERS, 1, peer.block()))
