@@ -14,7 +14,14 @@ case the medians over rounds of throughput, p50 and p99 latency (perf_analyzer's
 request (its process and children, from /proc), each server's ratio to Triton, and ``spread``: how far apart a
 server's rounds were ((max - min) / median of its throughput), the run's noise.
 
-Needs taskset and ``../shared/peers/perf_analyzer.sh install`` / ``triton.sh``.
+``--server-share 0.5`` holds every server to that fraction of one CPU (a CFS quota in a cgroup of its own, as
+Docker's ``--cpus`` does), so that the server, not perf_analyzer, is what limits the rate: on a 2-core machine
+perf_analyzer's one core spends ~1,600 µs per 1 MiB request, about what a server does, and the rates otherwise
+compare what each server costs the client. Under a share the ratios are per CPU (the rate a server reaches on the
+same CPU budget); use two or more connections, since at one a server waits for the client.
+
+Needs taskset and ``../shared/peers/perf_analyzer.sh install`` / ``triton.sh``; ``--server-share`` needs root and
+cgroups (v1's cpu controller, or v2's with cpu enabled for the root's children).
 """
 
 from __future__ import annotations
@@ -138,8 +145,41 @@ def cpu_seconds(pid: int) -> float:
     return total
 
 
+class CpuShare:
+    """A cgroup that holds what runs in it to ``share`` of one CPU (a CFS quota per 100 ms period)."""
+
+    PERIOD_US = 100_000
+
+    def __init__(self, share: float) -> None:
+        name = f"naiad-bench-{os.getpid()}"
+        v1, v2 = Path("/sys/fs/cgroup/cpu"), Path("/sys/fs/cgroup")
+        quota = int(share * self.PERIOD_US)
+        if (v1 / "cpu.cfs_quota_us").exists():
+            self.path = v1 / name
+            self.path.mkdir(exist_ok=True)
+            (self.path / "cpu.cfs_period_us").write_text(str(self.PERIOD_US))
+            (self.path / "cpu.cfs_quota_us").write_text(str(quota))
+        elif "cpu" in (v2 / "cgroup.controllers").read_text().split():
+            self.path = v2 / name
+            self.path.mkdir(exist_ok=True)
+            (self.path / "cpu.max").write_text(f"{quota} {self.PERIOD_US}")
+        else:
+            raise RuntimeError("--server-share needs a cgroup cpu controller (v1 /sys/fs/cgroup/cpu, or v2 with cpu)")
+
+    def wrap(self, argv: list[str]) -> list[str]:
+        """``argv`` run inside the group (joined before exec, so every process it starts is in it too)."""
+        return ["sh", "-c", 'echo $$ > "$0/cgroup.procs" && exec "$@"', str(self.path), *argv]
+
+    def close(self) -> None:
+        try:
+            self.path.rmdir()
+        except OSError:
+            pass
+
+
 class Server:
-    def __init__(self, kind: str, repo: Path, base: Path | None, cpu: str, log: Path) -> None:
+    def __init__(self, kind: str, repo: Path, base: Path | None, cpu: str, log: Path,
+                 share: CpuShare | None = None) -> None:
         self.http, self.grpc, metrics = free_port(), free_port(), free_port()
         if kind == "triton":
             argv = [str(PEERS / "triton.sh"), "run", str(repo), str(self.http), str(self.grpc), str(metrics)]
@@ -152,7 +192,8 @@ class Server:
             if kind == "grpcio":
                 argv.append("--grpc-engine=grpcio")
             cwd, env = tree, {**os.environ, "PYTHONPATH": str(tree)}
-        self.proc = subprocess.Popen(["taskset", "-c", cpu, *argv], cwd=cwd, env=env, stdout=open(log, "wb"),
+        argv = ["taskset", "-c", cpu, *argv]
+        self.proc = subprocess.Popen(share.wrap(argv) if share else argv, cwd=cwd, env=env, stdout=open(log, "wb"),
                                      stderr=subprocess.STDOUT, start_new_session=True)
         deadline = time.monotonic() + 180
         while True:
@@ -243,7 +284,9 @@ def main() -> int:
     p.add_argument("--window-ms", type=int, default=2000, help="perf_analyzer's measurement window")
     p.add_argument("--server-cpu", default="1")
     p.add_argument("--load-cpu", default="0")
+    p.add_argument("--server-share", type=float, help="hold each server to this fraction of one CPU (e.g. 0.5)")
     args = p.parse_args()
+    share = CpuShare(args.server_share) if args.server_share else None
     servers = args.servers.split(",")
     cases = args.cases.split(",")
     pa = perf_analyzer()
@@ -254,7 +297,7 @@ def main() -> int:
         for rnd in range(args.rounds):
             # Alternate the order each round, so neither side always runs just after the other.
             for kind in (servers if rnd % 2 == 0 else servers[::-1]):
-                server = Server(kind, repo, args.base, args.server_cpu, scratch / f"{kind}.log")
+                server = Server(kind, repo, args.base, args.server_cpu, scratch / f"{kind}.log", share)
                 try:
                     for case in cases:
                         if kind == "grpcio" and not case.startswith("grpc:"):
@@ -269,6 +312,10 @@ def main() -> int:
                               f"p99 {r['p99']:7.2f} ms cpu {r['cpu_us']:8.0f} us/req client {r['client_us']:6.0f}", file=sys.stderr, flush=True)
                 finally:
                     server.stop()
+    if share:
+        share.close()
+    if share:
+        print(f"\nEach server held to {args.server_share:g} of one CPU: the ratios are per CPU.")
     print(f"\n{'case':24s} {'server':7s} {'infer/s':>9s} {'p50 ms':>8s} {'p99 ms':>8s} {'cpu us':>8s} "
           f"{'client us':>9s} {'MiB/s':>8s} {'spread':>7s} {'vs triton':>9s}")
     for case in cases:

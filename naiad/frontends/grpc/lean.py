@@ -167,6 +167,7 @@ class Connection(asyncio.BufferedProtocol):
         self.scratch = memoryview(bytearray(SCRATCH))
         self.placing: memoryview | None = None  # the part of a call's ``into`` handed to the transport to read to
         self.placed = False  # the bytes data_received has are already in their call's ``into``
+        self.filling: set[Call] = set()  # calls whose ``into`` has more to come (some may have ended: get_buffer)
         self.transport: asyncio.Transport | None = None
         self.budget = Budget(self.h2, server.buffer_limit, self.h2.limits.stream_window or 0)
         self.address: str | None = None
@@ -285,7 +286,8 @@ class Connection(asyncio.BufferedProtocol):
             self.transport.close()
 
     def get_buffer(self, sizehint: int) -> memoryview:
-        sid, due = self.h2.payload_due()
+        h2 = self.h2
+        sid, due = h2.payload_due()
         if due:
             call = self.calls.get(sid)
             if call is not None and call.into is not None:
@@ -295,7 +297,20 @@ class Connection(asyncio.BufferedProtocol):
                     placing = self.placing = call.into[filled:filled + min(due, room)]
                     return placing
         self.placing = None
+        if self.filling and self._still_filling():
+            # A placed message has more to come, likely in the next frame: read its header alone, so that the
+            # payload after it goes in place too, not through the scratch (two copies).
+            header = h2.header_due()
+            if header:
+                return self.scratch[:header]
         return self.scratch
+
+    def _still_filling(self) -> bool:
+        filling = self.filling
+        for call in list(filling):
+            if call.into is None or call.closed:
+                filling.discard(call)
+        return bool(filling)
 
     def buffer_updated(self, nbytes: int) -> None:
         placing = self.placing
@@ -459,6 +474,7 @@ class Connection(asyncio.BufferedProtocol):
             into[at:at + len(part)] = part
             at += len(part)
         call.into, call.later, call.body, call.parts = into, at, None, None
+        self.filling.add(call)
 
     def fill(self, call: Call, data: bytes | bytearray | memoryview) -> None:
         """More of a placed message: already in place when read there (``placed``), else copied there. Bytes past
@@ -470,11 +486,12 @@ class Connection(asyncio.BufferedProtocol):
             return
         if end > len(into):
             call.into, call.body, call.parts, call.later = None, into[:at], [data], len(data)
-        elif not self.placed:
-            into[at:end] = data
-            call.later = end
         else:
+            if not self.placed:
+                into[at:end] = data
             call.later = end
+            if end == len(into):
+                self.filling.discard(call)
 
     def make_room(self, call: Call) -> None:
         """A message still arriving: reserve the connection's room for it (budget.py), or refuse it as grpc

@@ -321,6 +321,13 @@ class H2Connection:
         a memoryview of it (``_data_arriving``)."""
         return (self._data_sid, self._data_left) if self._data_left else (0, 0)
 
+    def header_due(self) -> int:
+        """Bytes that complete the next frame's header (0: a payload is due, or a frame is being gathered). A read
+        of exactly that many lets the payload that follows go where ``payload_due`` then says."""
+        if self._data_left or not self._preface:
+            return 0
+        return max(0, 9 - len(self._buf))
+
     def _data_arriving(self, data: bytes | bytearray | memoryview, pos: int, events: list[Event]) -> int:
         """Hand on what ``data`` (from ``pos``) holds of the DATA payload still due; returns where it ends. The
         payload is a view of ``data`` when that is bytes (immutable: copied once, by whoever keeps it) or a

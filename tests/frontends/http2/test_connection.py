@@ -611,9 +611,12 @@ def test_a_big_payload_read_to_the_applications_memory_comes_back_as_views_of_it
     peer.send(frame(HEADERS, END_HEADERS, 1, peer.block()))
     body = bytes(range(256)) * 1024
     wire = frame(DATA, END_STREAM, 1, body)
-    assert peer.conn.payload_due() == (0, 0)
+    assert peer.conn.payload_due() == (0, 0) and peer.conn.header_due() == 9
     # The frame's header split over two reads (gathered, not bytes) still hands the payload on as it comes.
-    events = peer.send(wire[:4]) + peer.send(wire[4:1009])
+    events = peer.send(wire[:4])
+    assert peer.conn.header_due() == 5
+    events += peer.send(wire[4:1009])
+    assert peer.conn.header_due() == 0
     assert [bytes(e.data) for e in events] == [body[:1000]]
     assert peer.conn.payload_due() == (1, len(body) - 1000)
     mine = bytearray(len(body))  # where the application keeps the stream's data; the rest is read to it
