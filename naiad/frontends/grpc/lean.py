@@ -67,9 +67,11 @@ _COMPRESSED_PATHS = (_INFER_PATH, "/inference.GRPCInferenceService/ModelStreamIn
 _COMPRESSORS = {"gzip": lambda data: zlib.compress(data, wbits=31), "deflate": zlib.compress}
 INF = float("inf")
 REFUSAL = 2.0  # seconds a refused connection stays open for its calls' UNAVAILABLE answers
-# What a read takes when it doesn't go to a call's message: small requests (and the first part of a big one, which
-# is copied twice, as bytes and to its message's memory) fit.
-SCRATCH = 64 * 1024
+# What a read takes when it doesn't go to a call's message: a payload that can't be placed (a streaming call's) up
+# to SCRATCH at a time, as uvloop reads; new frames up to FRAMES, enough for many small requests and little of a big
+# one's first frame (copied twice: as bytes, then to the message's memory).
+SCRATCH = 256 * 1024
+FRAMES = 16 * 1024
 PLACED = 64 * 1024  # a unary call's message from this size on is read to memory of its own (Call.into)
 
 
@@ -165,6 +167,7 @@ class Connection(asyncio.BufferedProtocol):
         self.calls: dict[int, Call] = {}
         self.receiving = False  # inside data_received: writes wait for its end, to go out as one
         self.scratch = memoryview(bytearray(SCRATCH))
+        self.frames = self.scratch[:FRAMES]
         self.placing: memoryview | None = None  # the part of a call's ``into`` handed to the transport to read to
         self.placed = False  # the bytes data_received has are already in their call's ``into``
         self.filling: set[Call] = set()  # calls whose ``into`` has more to come (some may have ended: get_buffer)
@@ -297,13 +300,15 @@ class Connection(asyncio.BufferedProtocol):
                     placing = self.placing = call.into[filled:filled + min(due, room)]
                     return placing
         self.placing = None
+        if due:
+            return self.scratch
         if self.filling and self._still_filling():
             # A placed message has more to come, likely in the next frame: read its header alone, so that the
             # payload after it goes in place too, not through the scratch (two copies).
             header = h2.header_due()
             if header:
                 return self.scratch[:header]
-        return self.scratch
+        return self.frames
 
     def _still_filling(self) -> bool:
         filling = self.filling

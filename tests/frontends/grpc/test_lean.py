@@ -11,7 +11,7 @@ import grpc
 from hpack import Encoder
 from tritonclient.grpc import service_pb2 as pb
 
-from naiad.frontends.grpc.lean import SCRATCH, Connection, LeanServer, limits_for
+from naiad.frontends.grpc.lean import FRAMES, Connection, LeanServer, limits_for
 from naiad.frontends.grpc.options import GrpcOptions
 from naiad.frontends.http2.frames import literal
 from tests.http2_frames import frame
@@ -254,7 +254,7 @@ def test_a_big_unary_message_is_read_straight_to_memory_of_its_own() -> None:
     assert request.model_name == "m" and bytes(raw[0]) == tensor  # type: ignore[index]
     # All but the first read (into the scratch) went in place, to the memory the tensor is read from: the second
     # frame's header was read alone, and its payload after it.
-    assert placed >= len(tensor) - SCRATCH
+    assert placed >= len(tensor) - FRAMES
     assert where == {id(raw[0].obj)}  # type: ignore[index]
 
 
