@@ -14,8 +14,11 @@ fit below it, so an idle or lightly used arena costs a few pages, whatever shm-d
 The ring. The sender allocates in ring order in its current segment and reclaims freed blocks in the same
 order. A block the receiver keeps (a model that stores its input arrays, a server that caches outputs)
 doesn't stop the ring: when the ring is full, blocks still in use at its tail are set aside as holes that
-allocation steps around until they are freed. When a block doesn't fit at all, the arena grows: a larger
-segment becomes current and the old one retires, unmapped once drained.
+allocation steps around until they are freed. When a block doesn't fit at all, the arena grows: a segment twice
+as large (at least shm-growth-byte-size larger) becomes current and the old one retires, unmapped once drained.
+Doubling, not adding the growth each time: a burst of big tensors in flight (16 requests of 1 MiB) grows the ring
+a few times rather than once per megabyte, each time onto fresh pages and each a chance to enter copy mode below;
+the size is a ceiling, not memory.
 
 The bound. A receiver that holds blocks indefinitely would otherwise make every retired segment stay
 mapped and the arena grow without end. So the ring grows freely only while no retired segment is still
@@ -351,7 +354,7 @@ class Arena:
 
     def _grow(self, need: int) -> _Segment:
         old = self.current
-        size = old.size + self.growth
+        size = max(old.size + self.growth, 2 * old.size)
         # Room for two such blocks: the previous one is often still being released when the next is needed,
         # and a fresh segment costs page faults on every byte.
         if size < 2 * need:
