@@ -1,7 +1,7 @@
 """The shared-memory ring when its receiver keeps blocks: a few held blocks are stepped around, a burst in flight
-doubles the ring a few times, a receiver that
-holds everything puts the arena in copy mode with a bounded ring instead of growing it without end, and a
-real model that keeps every input array it was given gets them intact while the server's ring stays bounded.
+doubles the ring a few times, a receiver that holds everything puts the arena in copy mode with a bounded ring
+instead of growing it without end, and a real model that keeps every input array it was given gets them intact
+while the server's ring stays bounded.
 And its memory (issue 30): segments are sealed memfds outside /dev/shm, costing only the pages the ring reaches;
 where they must be /dev/shm files, a full /dev/shm fails the one allocation with a clear error, not a SIGBUS."""
 
