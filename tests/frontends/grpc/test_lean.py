@@ -278,3 +278,25 @@ def test_a_second_message_after_a_placed_one_is_refused_as_before() -> None:
     written, queued = asyncio.run(scenario())
     assert queued == 0
     assert literal(b"grpc-status", b"12") in written and b"Expected exactly one request message" in written
+
+
+def test_a_placed_call_the_client_resets_stops_shaping_the_reads() -> None:
+    """While a placed message has more to come, reads stop at the next frame's header; once its call is reset the
+    connection reads whole chunks again (a call left in ``filling`` would cost a read per frame for good)."""
+    async def scenario() -> tuple[int, int, int]:
+        connection = Connection(LeanServer({PATH: grpc.unary_unary_rpc_method_handler(  # type: ignore[arg-type]
+            lambda request, context: None, request_deserializer=pb.ModelInferRequest.FromString)}, Keeping()))
+        connection.connection_made(Transport())  # type: ignore[arg-type]
+        connection.data_received(PREFACE + frame(4, 0, 0, b"") + frame(4, 0x1, 0, b""))
+        connection.h2.settle(1 << 20, 16)
+        message = pb.ModelInferRequest(model_name="m", raw_input_contents=[bytes(500_000)]).SerializeToString()
+        body = b"\0" + struct.pack(">I", len(message)) + message
+        block = Encoder().encode([(":method", "POST"), (":scheme", "http"), (":path", PATH), (":authority", "x"),
+                                  ("content-type", "application/grpc"), ("te", "trailers")])
+        _read(connection, frame(1, 0x4, 1, block) + frame(0, 0, 1, body[:200_000]))  # half of it, one frame
+        between = len(connection.get_buffer(65536))
+        connection.data_received(frame(3, 0, 1, struct.pack(">I", 0x8)))  # RST_STREAM CANCEL
+        return between, len(connection.get_buffer(65536)), len(connection.filling)
+
+    between, after, filling = asyncio.run(scenario())
+    assert between == 9 and after == FRAMES and filling == 0
