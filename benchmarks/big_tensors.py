@@ -314,7 +314,6 @@ def main() -> int:
                     server.stop()
     if share:
         share.close()
-    if share:
         print(f"\nEach server held to {args.server_share:g} of one CPU: the ratios are per CPU.")
     print(f"\n{'case':24s} {'server':7s} {'infer/s':>9s} {'p50 ms':>8s} {'p99 ms':>8s} {'cpu us':>8s} "
           f"{'client us':>9s} {'MiB/s':>8s} {'spread':>7s} {'vs triton':>9s}")

@@ -27,6 +27,11 @@ from naiad.frontends.http2.connection import H2Connection
 PREFIX = 5  # a gRPC message's compressed flag and length
 
 
+def message_need(body: bytes | bytearray | memoryview) -> int:
+    """The bytes of the gRPC message at the start of ``body`` (at least its prefix), prefix included."""
+    return PREFIX + int.from_bytes(body[1:PREFIX], "big")
+
+
 class Held(Protocol):
     """What the budget reads and keeps on a call (``lean.Call``)."""
 
@@ -110,8 +115,8 @@ class Budget:
         body = call.body
         if call.reserved or call.need or body is None or len(body) < PREFIX:
             return 0
-        size = int.from_bytes(body[1:PREFIX], "big")
-        need = PREFIX + size
+        need = message_need(body)
+        size = need - PREFIX
         if need <= self.h2.stream_window:
             return 0  # the stream's own window holds it
         if size > self.limit:

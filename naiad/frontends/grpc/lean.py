@@ -40,7 +40,7 @@ from naiad.core.errors import InferError
 from naiad.core.inflate import DEFLATE, GZIP, TooLarge, inflate
 from naiad.core.model_view import ModelView
 from naiad.frontends.connections import PORT_FULL, Gate, peer_address
-from naiad.frontends.grpc.budget import PREFIX, Budget, stream_window
+from naiad.frontends.grpc.budget import PREFIX, Budget, message_need, stream_window
 from naiad.frontends.grpc.inference import UNPARSABLE_MESSAGE, Inference
 from naiad.frontends.grpc.options import MAX_DECOMPRESSED_SIZE, GrpcOptions, compression_for
 from naiad.frontends.grpc.raw_contents import SPLIT, response_tail, split_request
@@ -290,17 +290,14 @@ class Connection(asyncio.BufferedProtocol):
 
     def get_buffer(self, sizehint: int) -> memoryview:
         h2 = self.h2
+        self.placing = None
         sid, due = h2.payload_due()
         if due:
             call = self.calls.get(sid)
-            if call is not None and call.into is not None:
-                filled = call.later
-                room = len(call.into) - filled
-                if room > 0:
-                    placing = self.placing = call.into[filled:filled + min(due, room)]
-                    return placing
-        self.placing = None
-        if due:
+            if call is not None and call.into is not None and call.later < len(call.into):
+                # (a slice past the message's end stops at it: what is due beyond is read the ordinary way)
+                placing = self.placing = call.into[call.later:call.later + due]
+                return placing
             return self.scratch
         if self.filling and self._still_filling():
             # A placed message has more to come, likely in the next frame: read its header alone, so that the
@@ -435,8 +432,9 @@ class Connection(asyncio.BufferedProtocol):
             return  # answered already (e.g. an unknown method): the rest of its request does not matter
         body = call.body
         data = event.data
-        if call.into is not None:
-            self.fill(call, data)
+        into = call.into
+        if into is not None:
+            self.fill(call, into, data)
         elif body is None:
             call.body = data
         elif call.parts is not None:
@@ -468,7 +466,7 @@ class Connection(asyncio.BufferedProtocol):
         body = call.body
         if body is None or len(body) < PREFIX:
             return
-        need = PREFIX + int.from_bytes(body[1:PREFIX], "big")
+        need = message_need(body)
         have = len(body) + call.later
         if need < PLACED or have >= need or not (call.reserved or need <= self.h2.stream_window):
             return
@@ -481,14 +479,12 @@ class Connection(asyncio.BufferedProtocol):
         call.into, call.later, call.body, call.parts = into, at, None, None
         self.filling.add(call)
 
-    def fill(self, call: Call, data: bytes | bytearray | memoryview) -> None:
-        """More of a placed message: already in place when read there (``placed``), else copied there. Bytes past
-        the message's size (a second message in a unary call) make it ordinary again, for ``unary`` to refuse."""
+    def fill(self, call: Call, into: memoryview, data: bytes | bytearray | memoryview) -> None:
+        """More of a placed message (``into``, the call's): already in place when read there (``placed``), else
+        copied there. Bytes past the message's size (a second message in a unary call) make it ordinary again, for
+        ``unary`` to refuse."""
         at = call.later
         end = at + len(data)
-        into = call.into
-        if into is None:
-            return
         if end > len(into):
             call.into, call.body, call.parts, call.later = None, into[:at], [data], len(data)
         else:
@@ -543,7 +539,7 @@ class Connection(asyncio.BufferedProtocol):
             body = b"".join((body, *call.parts))
             call.parts, call.later = None, 0
         with memoryview(body) as view:
-            if len(body) < 5 or len(body) != 5 + int.from_bytes(view[1:5], "big"):
+            if len(body) < PREFIX or len(body) != message_need(view):
                 self.trailers_only(call, grpc.StatusCode.UNIMPLEMENTED if len(body) > 5 else
                                    grpc.StatusCode.INTERNAL, "Expected exactly one request message")
                 return

@@ -58,23 +58,44 @@ class Inference:
         return future, None, None
 
 
-def _connection() -> tuple[Connection, Transport, Inference]:
-    inference = Inference()
+def _server(inference: Inference, options: GrpcOptions | None = None) -> LeanServer:
+    """A lean server of ModelInfer alone, which ``inference`` serves."""
     handler = grpc.unary_unary_rpc_method_handler(lambda request, context: None,
                                                   request_deserializer=pb.ModelInferRequest.FromString)
-    connection = Connection(LeanServer({PATH: handler}, inference))  # type: ignore[arg-type]
+    if options is None:
+        return LeanServer({PATH: handler}, inference)  # type: ignore[arg-type]
+    return LeanServer({PATH: handler}, inference, limits=limits_for(options), options=options)  # type: ignore[arg-type]
+
+
+def _connected(server: LeanServer) -> tuple[Connection, Transport]:
+    connection = Connection(server)
     transport = Transport()
     connection.connection_made(transport)  # type: ignore[arg-type]
+    return connection, transport
+
+
+def _block(encoder: Encoder) -> bytes:
+    """A ModelInfer call's request headers."""
+    return encoder.encode([(":method", "POST"), (":scheme", "http"), (":path", PATH), (":authority", "x"),
+                           ("content-type", "application/grpc"), ("te", "trailers")])
+
+
+def _body(message: pb.ModelInferRequest) -> bytes:
+    """``message`` as a gRPC message: its prefix, then its bytes."""
+    data = message.SerializeToString()
+    return b"\0" + struct.pack(">I", len(data)) + data
+
+
+def _connection() -> tuple[Connection, Transport, Inference]:
+    inference = Inference()
+    connection, transport = _connected(_server(inference))
     connection.data_received(PREFACE + frame(4, 0, 0, b""))
     return connection, transport, inference
 
 
 def _infer(connection: Connection, encoder: Encoder, sid: int) -> None:
-    message = pb.ModelInferRequest(model_name="m").SerializeToString()
-    block = encoder.encode([(":method", "POST"), (":scheme", "http"), (":path", PATH), (":authority", "x"),
-                            ("content-type", "application/grpc"), ("te", "trailers")])
-    connection.data_received(frame(1, 0x4, sid, block) +
-                             frame(0, 0x1, sid, b"\0" + struct.pack(">I", len(message)) + message))
+    connection.data_received(frame(1, 0x4, sid, _block(encoder)) +
+                             frame(0, 0x1, sid, _body(pb.ModelInferRequest(model_name="m"))))
 
 
 def test_reset_and_closed_connection_cancel_queued_model_infer() -> None:
@@ -116,19 +137,12 @@ class Failing(Inference):
 def test_an_unexpected_error_fails_its_call_not_the_connection() -> None:
     async def scenario() -> tuple[bytes, bool, int]:
         inference = Failing()
-        handler = grpc.unary_unary_rpc_method_handler(lambda request, context: None,
-                                                      request_deserializer=pb.ModelInferRequest.FromString)
-        connection = Connection(LeanServer({PATH: handler}, inference))  # type: ignore[arg-type]
-        transport = Transport()
-        connection.connection_made(transport)  # type: ignore[arg-type]
+        connection, transport = _connected(_server(inference))
         connection.data_received(PREFACE + frame(4, 0, 0, b""))
         encoder = Encoder()
         _infer(connection, encoder, 1)  # a bystander, queued
-        message = pb.ModelInferRequest(model_name="boom").SerializeToString()
-        block = encoder.encode([(":method", "POST"), (":scheme", "http"), (":path", PATH), (":authority", "x"),
-                                ("content-type", "application/grpc"), ("te", "trailers")])
-        connection.data_received(frame(1, 0x4, 3, block) +
-                                 frame(0, 0x1, 3, b"\0" + struct.pack(">I", len(message)) + message))
+        connection.data_received(frame(1, 0x4, 3, _block(encoder)) +
+                                 frame(0, 0x1, 3, _body(pb.ModelInferRequest(model_name="boom"))))
         _infer(connection, encoder, 5)  # the connection still takes calls
         return transport.written, transport.closed, len(inference.futures)
 
@@ -153,19 +167,9 @@ def test_a_large_message_sent_before_the_client_read_our_settings_arrives_whole(
     opens must let the client send the whole message as the client counts them."""
     async def scenario() -> tuple[int, int, int]:
         inference = Inference()
-        handler = grpc.unary_unary_rpc_method_handler(lambda request, context: None,
-                                                      request_deserializer=pb.ModelInferRequest.FromString)
-        options = GrpcOptions()
-        server = LeanServer({PATH: handler}, inference,  # type: ignore[arg-type]
-                            limits=limits_for(options), options=options)
-        connection = Connection(server)
-        transport = Transport()
-        connection.connection_made(transport)  # type: ignore[arg-type]
-        message = pb.ModelInferRequest(model_name="m", raw_input_contents=[bytes(900_000)]).SerializeToString()
-        body = b"\0" + struct.pack(">I", len(message)) + message
-        block = Encoder().encode([(":method", "POST"), (":scheme", "http"), (":path", PATH), (":authority", "x"),
-                                  ("content-type", "application/grpc"), ("te", "trailers")])
-        connection.data_received(PREFACE + frame(4, 0, 0, b"") + frame(1, 0x4, 1, block))
+        connection, transport = _connected(_server(inference, GrpcOptions()))
+        body = _body(pb.ModelInferRequest(model_name="m", raw_input_contents=[bytes(900_000)]))
+        connection.data_received(PREFACE + frame(4, 0, 0, b"") + frame(1, 0x4, 1, _block(Encoder())))
         sent = 0
         for size in (16384, 16384, 16384, 16383):  # the default window, as the client frames it
             connection.data_received(frame(0, 0, 1, body[sent:sent + size]))
@@ -207,6 +211,16 @@ class Keeping(Inference):
         return super().begin(request, model, headers, raw, answer)
 
 
+def _placing(window: int, options: GrpcOptions | None = None) -> tuple[Connection, Transport, Keeping]:
+    """A connection whose client acknowledged our SETTINGS, with stream windows grown to ``window`` (as for big
+    messages: ``budget.Windows``)."""
+    inference = Keeping()
+    connection, transport = _connected(_server(inference, options))
+    connection.data_received(PREFACE + frame(4, 0, 0, b"") + frame(4, 0x1, 0, b""))
+    connection.h2.settle(window, 16)
+    return connection, transport, inference
+
+
 def _read(connection: Connection, wire: bytes, chunk: int = 1 << 20) -> tuple[int, set[int]]:
     """What the transport does with a BufferedProtocol: read (at most ``chunk`` bytes at a time) into
     ``get_buffer``'s memory, then ``buffer_updated``. Returns how many bytes went elsewhere than the connection's
@@ -228,24 +242,13 @@ def _read(connection: Connection, wire: bytes, chunk: int = 1 << 20) -> tuple[in
 def test_a_big_unary_message_is_read_straight_to_memory_of_its_own() -> None:
     """Past the first read (into the connection's scratch), the rest of a big message goes from the socket to the
     call's own memory, where the tensors are read from: no copy from the transport's buffer, none to join."""
-    async def scenario() -> tuple[list[memoryview], Keeping, bytes]:
-        inference = Keeping()
-        handler = grpc.unary_unary_rpc_method_handler(lambda request, context: None,
-                                                      request_deserializer=pb.ModelInferRequest.FromString)
-        options = GrpcOptions()
-        connection = Connection(LeanServer({PATH: handler}, inference,  # type: ignore[arg-type]
-                                           limits=limits_for(options), options=options))
-        connection.connection_made(Transport())  # type: ignore[arg-type]
+    async def scenario() -> tuple[int, set[int], Keeping, bytes]:
+        connection, _, inference = _placing(2 << 20, GrpcOptions())
         tensor = bytes(range(256)) * 4096  # 1 MiB
-        message = pb.ModelInferRequest(model_name="m", raw_input_contents=[tensor]).SerializeToString()
-        body = b"\0" + struct.pack(">I", len(message)) + message
-        block = Encoder().encode([(":method", "POST"), (":scheme", "http"), (":path", PATH), (":authority", "x"),
-                                  ("content-type", "application/grpc"), ("te", "trailers")])
+        body = _body(pb.ModelInferRequest(model_name="m", raw_input_contents=[tensor]))
         # As grpc-core sends it once the window has grown: in DATA frames as large as we allow (1 MiB).
-        connection.data_received(PREFACE + frame(4, 0, 0, b"") + frame(4, 0x1, 0, b""))
-        connection.h2.settle(2 << 20, 16)
         half = len(body) // 2
-        wire = frame(1, 0x4, 1, block) + frame(0, 0, 1, body[:half]) + frame(0, 0x1, 1, body[half:])
+        wire = frame(1, 0x4, 1, _block(Encoder())) + frame(0, 0, 1, body[:half]) + frame(0, 0x1, 1, body[half:])
         placed, where = _read(connection, wire, chunk=200_000)
         return placed, where, inference, tensor
 
@@ -260,19 +263,10 @@ def test_a_big_unary_message_is_read_straight_to_memory_of_its_own() -> None:
 
 def test_a_second_message_after_a_placed_one_is_refused_as_before() -> None:
     async def scenario() -> tuple[bytes, int]:
-        inference = Keeping()
-        handler = grpc.unary_unary_rpc_method_handler(lambda request, context: None,
-                                                      request_deserializer=pb.ModelInferRequest.FromString)
-        connection = Connection(LeanServer({PATH: handler}, inference))  # type: ignore[arg-type]
-        transport = Transport()
-        connection.connection_made(transport)  # type: ignore[arg-type]
-        message = pb.ModelInferRequest(model_name="m", raw_input_contents=[bytes(300_000)]).SerializeToString()
-        body = b"\0" + struct.pack(">I", len(message)) + message
-        block = Encoder().encode([(":method", "POST"), (":scheme", "http"), (":path", PATH), (":authority", "x"),
-                                  ("content-type", "application/grpc"), ("te", "trailers")])
-        connection.data_received(PREFACE + frame(4, 0, 0, b"") + frame(4, 0x1, 0, b""))
-        connection.h2.settle(1 << 20, 16)
-        _read(connection, frame(1, 0x4, 1, block) + frame(0, 0, 1, body) + frame(0, 0x1, 1, body[:100_000]))
+        connection, transport, inference = _placing(1 << 20)
+        body = _body(pb.ModelInferRequest(model_name="m", raw_input_contents=[bytes(300_000)]))
+        _read(connection, frame(1, 0x4, 1, _block(Encoder())) + frame(0, 0, 1, body) +
+              frame(0, 0x1, 1, body[:100_000]))
         return transport.written, len(inference.requests)
 
     written, queued = asyncio.run(scenario())
@@ -284,16 +278,9 @@ def test_a_placed_call_the_client_resets_stops_shaping_the_reads() -> None:
     """While a placed message has more to come, reads stop at the next frame's header; once its call is reset the
     connection reads whole chunks again (a call left in ``filling`` would cost a read per frame for good)."""
     async def scenario() -> tuple[int, int, int]:
-        connection = Connection(LeanServer({PATH: grpc.unary_unary_rpc_method_handler(  # type: ignore[arg-type]
-            lambda request, context: None, request_deserializer=pb.ModelInferRequest.FromString)}, Keeping()))
-        connection.connection_made(Transport())  # type: ignore[arg-type]
-        connection.data_received(PREFACE + frame(4, 0, 0, b"") + frame(4, 0x1, 0, b""))
-        connection.h2.settle(1 << 20, 16)
-        message = pb.ModelInferRequest(model_name="m", raw_input_contents=[bytes(500_000)]).SerializeToString()
-        body = b"\0" + struct.pack(">I", len(message)) + message
-        block = Encoder().encode([(":method", "POST"), (":scheme", "http"), (":path", PATH), (":authority", "x"),
-                                  ("content-type", "application/grpc"), ("te", "trailers")])
-        _read(connection, frame(1, 0x4, 1, block) + frame(0, 0, 1, body[:200_000]))  # half of it, one frame
+        connection, _, _ = _placing(1 << 20)
+        body = _body(pb.ModelInferRequest(model_name="m", raw_input_contents=[bytes(500_000)]))
+        _read(connection, frame(1, 0x4, 1, _block(Encoder())) + frame(0, 0, 1, body[:200_000]))  # half, one frame
         between = len(connection.get_buffer(65536))
         connection.data_received(frame(3, 0, 1, struct.pack(">I", 0x8)))  # RST_STREAM CANCEL
         return between, len(connection.get_buffer(65536)), len(connection.filling)
