@@ -7,7 +7,9 @@ same bytes back), add_sub at one and many connections, over gRPC and HTTP; the r
 
 Each case is ``protocol:model:size:concurrency`` (size only counts for ``identity``: the FP32 request and reply
 each carry that many bytes). Servers: ``naiad`` (this tree, the lean gRPC engine), ``grpcio`` (this tree,
-``--grpc-engine=grpcio``), ``base`` (the tree ``--base`` names, as it starts by default) and ``triton``. Every
+``--grpc-engine=grpcio``), ``base`` (the tree ``--base`` names, as it starts by default, with ``--base-args``),
+``native`` and ``native-grpcio`` (this tree, either engine, with identity_fp32 on the built-in identity backend:
+no Python worker, so the gap to ``naiad`` is what the worker's hop costs) and ``triton``. Every
 server runs pinned to ``--server-cpu`` (its Python workers and Triton's stub inherit it), perf_analyzer to
 ``--load-cpu``. Rounds alternate the servers (a fresh server per round and case), and the table gives per server and
 case the medians over rounds of throughput, p50 and p99 latency (perf_analyzer's), and the server's CPU per
@@ -30,6 +32,7 @@ import argparse
 import csv
 import os
 import resource
+import shlex
 import signal
 import socket
 import statistics
@@ -115,11 +118,16 @@ def size_bytes(text: str) -> int:
     return int(text)
 
 
-def repository(into: Path) -> Path:
+def repository(into: Path, native: bool = False) -> Path:
+    """``native``: identity_fp32 on naiad's built-in identity backend (Triton's test backend: no Python worker,
+    run on a thread of the server), for the ``native`` servers: what the engine reaches with no model in the way."""
     model = into / "identity_fp32"
     (model / "1").mkdir(parents=True)
-    (model / "config.pbtxt").write_text(textwrap.dedent(IDENTITY_CONFIG))
-    (model / "1" / "model.py").write_text(textwrap.dedent(IDENTITY_MODEL))
+    if native:
+        (model / "config.pbtxt").write_text(textwrap.dedent(IDENTITY_CONFIG).replace('"python"', '"identity"'))
+    else:
+        (model / "config.pbtxt").write_text(textwrap.dedent(IDENTITY_CONFIG))
+        (model / "1" / "model.py").write_text(textwrap.dedent(IDENTITY_MODEL))
     stream = into / "stream64"
     (stream / "1").mkdir(parents=True)
     (stream / "config.pbtxt").write_text(textwrap.dedent(STREAM_CONFIG))
@@ -179,7 +187,7 @@ class CpuShare:
 
 class Server:
     def __init__(self, kind: str, repo: Path, base: Path | None, cpu: str, log: Path,
-                 share: CpuShare | None = None) -> None:
+                 share: CpuShare | None = None, extra: tuple[str, ...] = ()) -> None:
         self.http, self.grpc, metrics = free_port(), free_port(), free_port()
         if kind == "triton":
             argv = [str(PEERS / "triton.sh"), "run", str(repo), str(self.http), str(self.grpc), str(metrics)]
@@ -189,8 +197,9 @@ class Server:
             assert tree is not None, "--base is needed for the base server"
             argv = [sys.executable, "-m", "naiad", "serve", "--model-repository", str(repo),
                     "--http-port", str(self.http), "--grpc-port", str(self.grpc), "--metrics-port", str(metrics)]
-            if kind == "grpcio":
+            if kind in ("grpcio", "native-grpcio"):
                 argv.append("--grpc-engine=grpcio")
+            argv += extra
             cwd, env = tree, {**os.environ, "PYTHONPATH": str(tree)}
         argv = ["taskset", "-c", cpu, *argv]
         self.proc = subprocess.Popen(share.wrap(argv) if share else argv, cwd=cwd, env=env, stdout=open(log, "wb"),
@@ -278,13 +287,17 @@ def _children_cpu() -> float:
 def main() -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--cases", default=",".join(DEFAULT_CASES), help="protocol:model:size:concurrency, comma-separated")
-    p.add_argument("--servers", default="naiad,grpcio,triton", help="naiad, grpcio, base, triton")
+    p.add_argument("--servers", default="naiad,grpcio,triton",
+                   help="naiad, grpcio, base, triton; native and native-grpcio: naiad (either engine) with "
+                        "identity_fp32 on the built-in identity backend, no Python worker")
     p.add_argument("--base", type=Path, help="a naiad checkout for the 'base' server (e.g. git worktree add ...)")
     p.add_argument("--rounds", type=int, default=3)
     p.add_argument("--window-ms", type=int, default=2000, help="perf_analyzer's measurement window")
     p.add_argument("--server-cpu", default="1")
     p.add_argument("--load-cpu", default="0")
     p.add_argument("--server-share", type=float, help="hold each server to this fraction of one CPU (e.g. 0.5)")
+    p.add_argument("--base-args", default="", help="more arguments for the base server (e.g. --idle-poll-us 0, with "
+                                                   "--base . to try a flag against the tree as it is)")
     args = p.parse_args()
     share = CpuShare(args.server_share) if args.server_share else None
     servers = args.servers.split(",")
@@ -294,13 +307,15 @@ def main() -> int:
     with tempfile.TemporaryDirectory(prefix="big_tensors.") as tmp:
         scratch = Path(tmp)
         repo = repository(scratch / "repo")
+        native_repo = repository(scratch / "native", native=True) if any(k.startswith("native") for k in servers) else repo
         for rnd in range(args.rounds):
             # Alternate the order each round, so neither side always runs just after the other.
             for kind in (servers if rnd % 2 == 0 else servers[::-1]):
-                server = Server(kind, repo, args.base, args.server_cpu, scratch / f"{kind}.log", share)
+                server = Server(kind, native_repo if kind.startswith("native") else repo, args.base, args.server_cpu, scratch / f"{kind}.log", share,
+                                tuple(shlex.split(args.base_args)) if kind == "base" else ())
                 try:
                     for case in cases:
-                        if kind == "grpcio" and not case.startswith("grpc:"):
+                        if kind.endswith("grpcio") and not case.startswith("grpc:"):
                             continue  # the engine changes gRPC only
                         try:
                             r = run_case(pa, server, case, args, scratch)
@@ -308,14 +323,14 @@ def main() -> int:
                             print(f"round {rnd + 1} {kind} {case}: {exc}", file=sys.stderr)
                             continue
                         results.setdefault((kind, case), []).append(r)
-                        print(f"round {rnd + 1} {kind:7s} {case:24s} {r['rps']:9.1f}/s p50 {r['p50']:7.2f} ms "
+                        print(f"round {rnd + 1} {kind:13s} {case:24s} {r['rps']:9.1f}/s p50 {r['p50']:7.2f} ms "
                               f"p99 {r['p99']:7.2f} ms cpu {r['cpu_us']:8.0f} us/req client {r['client_us']:6.0f}", file=sys.stderr, flush=True)
                 finally:
                     server.stop()
     if share:
         share.close()
         print(f"\nEach server held to {args.server_share:g} of one CPU: the ratios are per CPU.")
-    print(f"\n{'case':24s} {'server':7s} {'infer/s':>9s} {'p50 ms':>8s} {'p99 ms':>8s} {'cpu us':>8s} "
+    print(f"\n{'case':24s} {'server':13s} {'infer/s':>9s} {'p50 ms':>8s} {'p99 ms':>8s} {'cpu us':>8s} "
           f"{'client us':>9s} {'MiB/s':>8s} {'spread':>7s} {'vs triton':>9s}")
     for case in cases:
         triton = results.get(("triton", case))
@@ -330,7 +345,7 @@ def main() -> int:
             spread = (max(rates) - min(rates)) / med["rps"] if med["rps"] else 0.0
             mib = med["rps"] * size_bytes(size) / 2**20 if model == "identity" else 0.0
             ratio = f"{med['rps'] / reference:.2f}x" if reference else "-"
-            print(f"{case:24s} {kind:7s} {med['rps']:9.1f} {med['p50']:8.2f} {med['p99']:8.2f} "
+            print(f"{case:24s} {kind:13s} {med['rps']:9.1f} {med['p50']:8.2f} {med['p99']:8.2f} "
                   f"{med['cpu_us']:8.0f} {med['client_us']:9.0f} {mib:8.0f} {spread:6.0%} {ratio:>9s}")
     return 0
 
