@@ -100,6 +100,8 @@ class ModelVersion:
         # An execution that fails out of memory then runs once more (``_retry``).
         self.free_memory: Callable[[], Awaitable[bool]] | None = None
         self._drained: asyncio.Event | None = None
+        # The loop requests come on, kept: on Python 3.11 each get_running_loop() is a getpid() system call.
+        self._loop: asyncio.AbstractEventLoop | None = None
 
     @property
     def ready(self) -> bool:
@@ -124,7 +126,10 @@ class ModelVersion:
             self.stats.record_refusal(time.perf_counter_ns() - request.arrival_ns, exc.message)
             raise
         if future is None:
-            future = asyncio.get_running_loop().create_future()
+            loop = self._loop
+            if loop is None or loop.is_closed():
+                loop = self._loop = asyncio.get_running_loop()
+            future = loop.create_future()
         request.model_version = self.version_str
         if self.cache is not None and self._cached(request, future):
             return future
