@@ -45,17 +45,58 @@ def auto_frontends(cgroup: Path = CGROUP) -> tuple[int, str]:
 
 
 def cpu_quota(cgroup: Path = CGROUP) -> float | None:
-    """The CPU time granted per period, in cores; None when unlimited or unknown."""
+    """The CPU time granted per period, in cores; None when unlimited or unknown. ``cgroup``: the root of the
+    cgroup file system as a container sees it (its own cgroup: v2's files at the root, v1's under ``cpu``)."""
+    quota = quota_at(cgroup)
+    return quota if quota is not None else quota_at(cgroup / "cpu")
+
+
+def quota_at(directory: Path) -> float | None:
+    """The quota of the cgroup in ``directory`` (v2 ``cpu.max``, or v1 ``cpu.cfs_quota_us``), in cores."""
     try:
-        text = (cgroup / "cpu.max").read_text().split()  # v2: "max 100000" or "200000 100000"
+        text = (directory / "cpu.max").read_text().split()  # v2: "max 100000" or "200000 100000"
         if text and text[0] != "max":
             return int(text[0]) / int(text[1])
         return None
     except (OSError, ValueError, IndexError):
         pass
     try:  # v1
-        quota = int((cgroup / "cpu" / "cpu.cfs_quota_us").read_text())
-        period = int((cgroup / "cpu" / "cpu.cfs_period_us").read_text())
+        quota = int((directory / "cpu.cfs_quota_us").read_text())
+        period = int((directory / "cpu.cfs_period_us").read_text())
     except (OSError, ValueError):
         return None
     return quota / period if quota > 0 and period > 0 else None
+
+
+def quota_cgroup(proc: Path = Path("/proc/self/cgroup"), root: Path = CGROUP) -> Path | None:
+    """The directory of the cgroup that holds this process to a CPU quota: its own (``/proc/self/cgroup``, v2's
+    ``0::/path`` or v1's cpu controller line), else the root as a container sees it; None where no quota applies."""
+    candidates = []
+    try:
+        lines = proc.read_text().splitlines()
+    except OSError:
+        lines = []
+    for line in lines:
+        parts = line.split(":", 2)
+        if len(parts) != 3:
+            continue
+        controllers, path = parts[1], parts[2].lstrip("/")
+        if not controllers:
+            candidates.append(root / path)
+        elif "cpu" in controllers.split(","):
+            candidates += [root / controllers / path, root / "cpu" / path]
+    for directory in [*candidates, root, root / "cpu"]:
+        if quota_at(directory) is not None:
+            return directory
+    return None
+
+
+def throttled(directory: Path) -> int | None:
+    """How many periods the cgroup in ``directory`` ran out of its quota (``cpu.stat``'s nr_throttled)."""
+    try:
+        for line in (directory / "cpu.stat").read_text().splitlines():
+            if line.startswith("nr_throttled "):
+                return int(line.split()[1])
+    except (OSError, ValueError, IndexError):
+        pass
+    return None

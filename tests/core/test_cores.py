@@ -76,3 +76,34 @@ def test_auto_is_the_default() -> None:
     from naiad.cli import build_parser
 
     assert build_parser().parse_args(["serve", "--model-repository", "/m"]).frontend_processes == "auto"
+
+
+def test_the_cgroup_of_the_quota_is_found_from_proc_self_cgroup(tmp_path: Path) -> None:
+    proc = tmp_path / "cgroup"
+    root = tmp_path / "fs"
+    # cgroup v2, as a host or a Kubernetes pod without a cgroup namespace shows it
+    proc.write_text("0::/kubepods/pod1/c1\n")
+    assert cores.quota_cgroup(proc, root) is None  # no quota anywhere
+    (root / "kubepods" / "pod1").mkdir(parents=True)
+    _v2(root / "kubepods" / "pod1" / "c1", "50000 100000\n")
+    assert cores.quota_cgroup(proc, root) == root / "kubepods" / "pod1" / "c1"
+    # cgroup v1: the cpu controller's line (its hierarchy mounted as cpu,cpuacct, with cpu beside it)
+    proc.write_text("4:memory:/x\n3:cpu,cpuacct:/docker/abc\n0::/\n")
+    quota = root / "cpu,cpuacct" / "docker" / "abc"
+    quota.mkdir(parents=True)
+    (quota / "cpu.cfs_quota_us").write_text("150000\n")
+    (quota / "cpu.cfs_period_us").write_text("100000\n")
+    assert cores.quota_cgroup(proc, root) == quota
+    # a container with its own cgroup namespace: its cgroup is the root it sees
+    proc.write_text("0::/\n")
+    other = tmp_path / "container"
+    assert cores.quota_cgroup(proc, _v2(other, "200000 100000\n")) == other
+    assert cores.quota_cgroup(tmp_path / "missing", tmp_path / "nothing") is None
+
+
+def test_throttled_periods_read_from_cpu_stat(tmp_path: Path) -> None:
+    (tmp_path / "cpu.stat").write_text("usage_usec 100\nnr_periods 12\nnr_throttled 5\nthrottled_usec 900\n")  # v2
+    assert cores.throttled(tmp_path) == 5
+    (tmp_path / "cpu.stat").write_text("nr_periods 1526\nnr_throttled 920\nthrottled_time 38620147207\n")  # v1
+    assert cores.throttled(tmp_path) == 920
+    assert cores.throttled(tmp_path / "none") is None

@@ -132,3 +132,48 @@ def test_a_served_client_costs_no_polling_once_it_stops() -> None:
         assert spent < 100_000_000, f"the idle server used {spent / 1e6:.0f} ms of CPU in 1 s"
     finally:
         server.stop()
+
+
+def test_no_polling_while_the_cgroup_runs_out_of_its_cpu_quota(tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+                                                                ) -> None:
+    """Under a CPU quota polling is paid from it: after a period the cgroup was throttled in, answers don't poll
+    for HOLD_NS; cpu.stat is read at most once per CHECK_NS."""
+    clock = [1_000_000_000]
+    monkeypatch.setattr(poll, "_now", lambda: clock[0])
+    stat = tmp_path / "cpu.stat"
+    stat.write_text("nr_periods 10\nnr_throttled 3\nthrottled_usec 100\n")
+    loop = asyncio.new_event_loop()
+    try:
+        idle = IdlePoll()
+        idle.configure(200, quota=tmp_path)
+        idle.watch(lambda: 0)
+
+        def polls() -> bool:
+            idle.polling = False  # (no loop runs here: each answer starts polling anew, or doesn't)
+            idle.answered(loop)
+            clock[0] += 1_000_000
+            return idle.polling
+
+        assert polls()  # throttled before, not since
+        stat.write_text("nr_periods 11\nnr_throttled 4\nthrottled_usec 200\n")
+        assert polls()  # not read again within the period
+        clock[0] += poll.CHECK_NS
+        assert not polls()  # read: throttled since
+        clock[0] += poll.HOLD_NS // 2
+        assert not polls()  # still within the hold
+        clock[0] += poll.HOLD_NS
+        assert polls()  # a second with no throttling: polling again
+        stat.unlink()
+        clock[0] += poll.CHECK_NS
+        assert polls() and idle.quota is None  # the cgroup is gone: nothing more is read
+    finally:
+        loop.close()
+
+
+def test_no_quota_no_cpu_stat(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(poll.cores, "quota_cgroup", lambda: None)
+    idle = IdlePoll()
+    idle.configure(200)
+    assert idle.quota is None
+    idle.configure(0, quota=tmp_path)  # polling off: no cgroup is watched
+    assert idle.quota is None
