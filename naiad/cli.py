@@ -129,8 +129,8 @@ def build_parser() -> argparse.ArgumentParser:
     serve.add_argument("--idle-poll-us", type=int, default=200, metavar="MICROSECONDS",
                        help="naiad only: after an answer, with no request in flight, the front end keeps polling for "
                             "the next request for up to this long (adapting to the client's pace) rather than "
-                            "sleeping at once, which saves the CPU and latency of waking up at low concurrency; 0: "
-                            "never")
+                            "sleeping at once, which saves the CPU and latency of waking up at low concurrency; not "
+                            "while a CPU quota (docker --cpus, a Kubernetes limit) was lately run out of; 0: never")
     serve.add_argument("--shared-memory-max-regions", type=int, default=1024, metavar="N",
                        help="most system shared memory regions registered at once (each keeps a descriptor open)")
     http_options.add_arguments(serve, add_flag)
