@@ -2,7 +2,9 @@
 
 A container limited with ``--cpus`` (cgroup v2 ``cpu.max``, v1 ``cpu.cfs_quota_us``) still sees every CPU of its
 host in its affinity mask, so a count from the mask alone would start a front-end process per host CPU where only
-a couple of cores' worth of time is granted.
+a couple of cores' worth of time is granted. The quota is the one of the process's own cgroup, from
+``/proc/self/cgroup`` (a systemd service's ``CPUQuota=``, a cgroup of one's own), else the root's as a container
+with its own cgroup namespace sees it.
 """
 
 from __future__ import annotations
@@ -12,6 +14,7 @@ import os
 from pathlib import Path
 
 CGROUP = Path("/sys/fs/cgroup")
+PROC_CGROUP = Path("/proc/self/cgroup")
 
 
 MAX_FRONTENDS = 16  # --frontend-processes auto's cap
@@ -21,18 +24,18 @@ def _cpus() -> int:
     return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
 
 
-def available(cgroup: Path = CGROUP) -> int:
+def available(cgroup: Path = CGROUP, proc: Path = PROC_CGROUP) -> int:
     cpus = _cpus()
-    quota = cpu_quota(cgroup)
+    quota = cpu_quota(cgroup, proc)
     return max(1, min(cpus, math.ceil(quota))) if quota is not None else cpus
 
 
-def auto_frontends(cgroup: Path = CGROUP) -> tuple[int, str]:
+def auto_frontends(cgroup: Path = CGROUP, proc: Path = PROC_CGROUP) -> tuple[int, str]:
     """``--frontend-processes auto``: 1 where 2 cores or fewer are available (one process is faster there,
     benchmarks/multicore.py), else one per core but one (the host keeps a core), at most 16; with the line that
     says so at start, and why (the cores seen, a quota that capped them, the cap)."""
-    cpus, quota = _cpus(), cpu_quota(cgroup)
-    cores = available(cgroup)
+    cpus, quota = _cpus(), cpu_quota(cgroup, proc)
+    cores = available(cgroup, proc)
     count = 1 if cores <= 2 else min(cores - 1, MAX_FRONTENDS)
     why = f"{cores} core{'s' * (cores != 1)} available"
     if cores < cpus:
@@ -44,11 +47,11 @@ def auto_frontends(cgroup: Path = CGROUP) -> tuple[int, str]:
     return count, f"--frontend-processes auto: {count} front-end processes ({why})"
 
 
-def cpu_quota(cgroup: Path = CGROUP) -> float | None:
-    """The CPU time granted per period, in cores; None when unlimited or unknown. ``cgroup``: the root of the
-    cgroup file system as a container sees it (its own cgroup: v2's files at the root, v1's under ``cpu``)."""
-    quota = quota_at(cgroup)
-    return quota if quota is not None else quota_at(cgroup / "cpu")
+def cpu_quota(cgroup: Path = CGROUP, proc: Path = PROC_CGROUP) -> float | None:
+    """The CPU time granted per period, in cores, to this process's cgroup (``quota_cgroup``); None when
+    unlimited or unknown."""
+    directory = quota_cgroup(proc, cgroup)
+    return quota_at(directory) if directory is not None else None
 
 
 def quota_at(directory: Path) -> float | None:
@@ -68,7 +71,7 @@ def quota_at(directory: Path) -> float | None:
     return quota / period if quota > 0 and period > 0 else None
 
 
-def quota_cgroup(proc: Path = Path("/proc/self/cgroup"), root: Path = CGROUP) -> Path | None:
+def quota_cgroup(proc: Path = PROC_CGROUP, root: Path = CGROUP) -> Path | None:
     """The directory of the cgroup that holds this process to a CPU quota: its own (``/proc/self/cgroup``, v2's
     ``0::/path`` or v1's cpu controller line), else the root as a container sees it; None where no quota applies."""
     candidates = []

@@ -107,3 +107,17 @@ def test_throttled_periods_read_from_cpu_stat(tmp_path: Path) -> None:
     (tmp_path / "cpu.stat").write_text("nr_periods 1526\nnr_throttled 920\nthrottled_time 38620147207\n")  # v1
     assert cores.throttled(tmp_path) == 920
     assert cores.throttled(tmp_path / "none") is None
+
+
+def test_auto_counts_the_quota_of_the_process_s_own_cgroup(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A quota set on the process's own cgroup (a systemd service's CPUQuota=, a cgroup without a namespace of its
+    own) caps ``auto`` as a container's does, though the root the process sees has none."""
+    monkeypatch.setattr(os, "sched_getaffinity", lambda _: set(range(32)))
+    proc = tmp_path / "cgroup"
+    proc.write_text("0::/system.slice/naiad.service\n")
+    root = tmp_path / "fs"
+    (root / "system.slice").mkdir(parents=True)
+    assert cores.auto_frontends(root, proc)[0] == 16
+    _v2(root / "system.slice" / "naiad.service", "200000 100000\n")
+    count, why = cores.auto_frontends(root, proc)
+    assert count == 1 and "cgroup CPU quota 2" in why
