@@ -307,11 +307,13 @@ def main() -> int:
     with tempfile.TemporaryDirectory(prefix="big_tensors.") as tmp:
         scratch = Path(tmp)
         repo = repository(scratch / "repo")
-        native_repo = repository(scratch / "native", native=True) if any(k.startswith("native") for k in servers) else repo
+        native = any(kind.startswith("native") for kind in servers)
+        native_repo = repository(scratch / "native", native=True) if native else repo
         for rnd in range(args.rounds):
             # Alternate the order each round, so neither side always runs just after the other.
             for kind in (servers if rnd % 2 == 0 else servers[::-1]):
-                server = Server(kind, native_repo if kind.startswith("native") else repo, args.base, args.server_cpu, scratch / f"{kind}.log", share,
+                server = Server(kind, native_repo if kind.startswith("native") else repo, args.base, args.server_cpu,
+                                scratch / f"{kind}.log", share,
                                 tuple(shlex.split(args.base_args)) if kind == "base" else ())
                 try:
                     for case in cases:

@@ -25,8 +25,10 @@ def _cpus() -> int:
 
 
 def available(cgroup: Path = CGROUP, proc: Path = PROC_CGROUP) -> int:
-    cpus = _cpus()
-    quota = cpu_quota(cgroup, proc)
+    return _available(_cpus(), cpu_quota(cgroup, proc))
+
+
+def _available(cpus: int, quota: float | None) -> int:
     return max(1, min(cpus, math.ceil(quota))) if quota is not None else cpus
 
 
@@ -35,7 +37,7 @@ def auto_frontends(cgroup: Path = CGROUP, proc: Path = PROC_CGROUP) -> tuple[int
     benchmarks/multicore.py), else one per core but one (the host keeps a core), at most 16; with the line that
     says so at start, and why (the cores seen, a quota that capped them, the cap)."""
     cpus, quota = _cpus(), cpu_quota(cgroup, proc)
-    cores = available(cgroup, proc)
+    cores = _available(cpus, quota)
     count = 1 if cores <= 2 else min(cores - 1, MAX_FRONTENDS)
     why = f"{cores} core{'s' * (cores != 1)} available"
     if cores < cpus:
@@ -50,8 +52,8 @@ def auto_frontends(cgroup: Path = CGROUP, proc: Path = PROC_CGROUP) -> tuple[int
 def cpu_quota(cgroup: Path = CGROUP, proc: Path = PROC_CGROUP) -> float | None:
     """The CPU time granted per period, in cores, to this process's cgroup (``quota_cgroup``); None when
     unlimited or unknown."""
-    directory = quota_cgroup(proc, cgroup)
-    return quota_at(directory) if directory is not None else None
+    found = _find_quota(proc, cgroup)
+    return found[1] if found is not None else None
 
 
 def quota_at(directory: Path) -> float | None:
@@ -74,6 +76,12 @@ def quota_at(directory: Path) -> float | None:
 def quota_cgroup(proc: Path = PROC_CGROUP, root: Path = CGROUP) -> Path | None:
     """The directory of the cgroup that holds this process to a CPU quota: its own (``/proc/self/cgroup``, v2's
     ``0::/path`` or v1's cpu controller line), else the root as a container sees it; None where no quota applies."""
+    found = _find_quota(proc, root)
+    return found[0] if found is not None else None
+
+
+def _find_quota(proc: Path, root: Path) -> tuple[Path, float] | None:
+    """``quota_cgroup``'s directory and its quota, read once."""
     candidates = []
     try:
         lines = proc.read_text().splitlines()
@@ -87,10 +95,13 @@ def quota_cgroup(proc: Path = PROC_CGROUP, root: Path = CGROUP) -> Path | None:
         if not controllers:
             candidates.append(root / path)
         elif "cpu" in controllers.split(","):
-            candidates += [root / controllers / path, root / "cpu" / path]
+            candidates.append(root / controllers / path)
+            if controllers != "cpu":  # (v1's hierarchy is often also mounted as plain cpu)
+                candidates.append(root / "cpu" / path)
     for directory in [*candidates, root, root / "cpu"]:
-        if quota_at(directory) is not None:
-            return directory
+        quota = quota_at(directory)
+        if quota is not None:
+            return directory, quota
     return None
 
 

@@ -540,7 +540,7 @@ class Connection(asyncio.BufferedProtocol):
             call.parts, call.later = None, 0
         with memoryview(body) as view:
             if len(body) < PREFIX or len(body) != message_need(view):
-                self.trailers_only(call, grpc.StatusCode.UNIMPLEMENTED if len(body) > 5 else
+                self.trailers_only(call, grpc.StatusCode.UNIMPLEMENTED if len(body) > PREFIX else
                                    grpc.StatusCode.INTERNAL, "Expected exactly one request message")
                 return
             data = self.message(call, view)
