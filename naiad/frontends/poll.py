@@ -22,6 +22,7 @@ a second after any period the cgroup was throttled in (when CPU, not waking, is 
 from __future__ import annotations
 
 import asyncio
+import logging
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -33,6 +34,7 @@ CHECK_NS = 100_000_000  # how often cpu.stat is read under a quota: the CFS peri
 HOLD_NS = 1_000_000_000  # polling stays off this long after a period the cgroup was throttled in
 
 _now = time.perf_counter_ns
+log = logging.getLogger("naiad")
 
 
 class IdlePoll:
@@ -104,6 +106,9 @@ class IdlePoll:
                 self.quota = None
                 return False
             if count > self.throttled:
+                if now >= self.off_until:  # (said once per pause, not at every read that extends it)
+                    log.debug("idle polling paused: cgroup %s ran out of its CPU quota (%d periods throttled)",
+                              quota, count)
                 self.off_until = now + HOLD_NS
             self.throttled = count
         return now < self.off_until

@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import http.client
 import json
+import os
 import time
 from pathlib import Path
 
@@ -177,3 +178,62 @@ def test_no_quota_no_cpu_stat(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -
     assert idle.quota is None
     idle.configure(0, quota=tmp_path)  # polling off: no cgroup is watched
     assert idle.quota is None
+
+
+def _quota_cgroup(share: float) -> Path | None:
+    """A cgroup of this test's own holding what runs in it to ``share`` of a CPU (v1's cpu controller or v2's),
+    or None where this process can't make one (not root, no writable cgroup file system)."""
+    name = f"naiad-test-poll-{os.getpid()}"
+    for root, v2 in ((Path("/sys/fs/cgroup/cpu"), False), (Path("/sys/fs/cgroup"), True)):
+        try:
+            if v2 and "cpu" not in (root / "cgroup.subtree_control").read_text().split():
+                continue
+            group = root / name
+            group.mkdir()
+        except OSError:
+            continue
+        try:
+            if v2:
+                (group / "cpu.max").write_text(f"{int(share * 100_000)} 100000")
+            else:
+                (group / "cpu.cfs_period_us").write_text("100000")
+                (group / "cpu.cfs_quota_us").write_text(str(int(share * 100_000)))
+            return group
+        except OSError:
+            group.rmdir()
+    return None
+
+
+def test_a_server_short_of_its_cpu_quota_pauses_polling(tmp_path: Path) -> None:
+    """A server started in a cgroup with a small CPU quota, kept busy by one connection, runs out of its quota;
+    its front end then says it paused idle polling, and every answer stays right."""
+    group = _quota_cgroup(0.25)
+    if group is None:
+        pytest.skip("needs a cgroup of its own with a CPU quota (root, a writable cgroup file system)")
+    repo = tmp_path / "repo"
+    repo.mkdir()
+    (repo / "add_sub").symlink_to(EXAMPLES / "add_sub")
+
+    def enter() -> None:  # (in the server's process, before it starts: its workers follow it)
+        (group / "cgroup.procs").write_text(str(os.getpid()))
+
+    server = None
+    try:
+        server = RunningServer([repo], "--idle-poll-us", "200", "--log-verbose", "1", preexec_fn=enter)
+        connection = http.client.HTTPConnection(server.url)
+        deadline = time.monotonic() + 30
+        while "idle polling paused" not in server.log() and time.monotonic() < deadline:
+            for _ in range(100):
+                connection.request("POST", "/v2/models/add_sub/infer", BODY, {"Content-Type": "application/json"})
+                answer = json.loads(connection.getresponse().read())
+                assert answer["outputs"][0]["data"] == [11.0, 22.0, 33.0, 44.0]
+        connection.close()
+        assert f"idle polling paused: cgroup {group} ran out of its CPU quota" in server.log()
+    finally:
+        if server is not None:
+            server.stop()
+        time.sleep(0.2)
+        try:
+            group.rmdir()
+        except OSError:
+            pass
