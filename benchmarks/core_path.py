@@ -123,8 +123,8 @@ async def measure(service: object, model: str, count: int, per_datagram: int,
         batch = []
         for _ in range(per_datagram):
             next_id += 1
-            batch.append((wire.INFER, next_id, model, "", "", records, None, {}, 0, 0, 0, 0, None, checked,
-                          batch_size))
+            batch.append(tuple(wire.Request(wire.INFER, next_id, model, "", "", records, None, {}, 0, 0, 0, 0, None,
+                                            checked=checked, batch_size=batch_size)))
         front.send_many(batch)
         front_ns += time.thread_time_ns() - t0
         got = 0
