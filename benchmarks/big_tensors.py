@@ -22,6 +22,15 @@ perf_analyzer's one core spends ~1,600 µs per 1 MiB request, about what a serve
 compare what each server costs the client. Under a share the ratios are per CPU (the rate a server reaches on the
 same CPU budget); use two or more connections, since at one a server waits for the client.
 
+``--python`` names the interpreter naiad's servers run on (a virtualenv's, with naiad's dependencies), and
+``--base-python`` the base server's: the interpreter's build moves naiad's CPU per request by 10-20 %. naiad's
+container image runs python:3.11-slim's interpreter (configured ``--enable-optimizations --with-lto``; its local
+stand-in, Debian's python3.11, is a PGO and LTO build too), and Triton's Python stub here links Debian's
+libpython3.11; pyenv's default build has neither. So compare like with like::
+
+    /usr/bin/python3.11 -m venv /tmp/naiad-deb && /tmp/naiad-deb/bin/pip install -e .
+    python benchmarks/big_tensors.py --python /tmp/naiad-deb/bin/python
+
 Needs taskset and ``../shared/peers/perf_analyzer.sh install`` / ``triton.sh``; ``--server-share`` needs root and
 cgroups (v1's cpu controller, or v2's with cpu enabled for the root's children).
 """
@@ -187,7 +196,7 @@ class CpuShare:
 
 class Server:
     def __init__(self, kind: str, repo: Path, base: Path | None, cpu: str, log: Path,
-                 share: CpuShare | None = None, extra: tuple[str, ...] = ()) -> None:
+                 share: CpuShare | None = None, extra: tuple[str, ...] = (), python: str = sys.executable) -> None:
         self.http, self.grpc, metrics = free_port(), free_port(), free_port()
         if kind == "triton":
             argv = [str(PEERS / "triton.sh"), "run", str(repo), str(self.http), str(self.grpc), str(metrics)]
@@ -195,7 +204,7 @@ class Server:
         else:
             tree = base if kind == "base" else TREE
             assert tree is not None, "--base is needed for the base server"
-            argv = [sys.executable, "-m", "naiad", "serve", "--model-repository", str(repo),
+            argv = [python, "-m", "naiad", "serve", "--model-repository", str(repo),
                     "--http-port", str(self.http), "--grpc-port", str(self.grpc), "--metrics-port", str(metrics)]
             if kind in ("grpcio", "native-grpcio"):
                 argv.append("--grpc-engine=grpcio")
@@ -243,6 +252,18 @@ class Server:
                 continue
 
 
+def describe_python(python: str) -> str:
+    """The interpreter's path, version and build: how it was configured changes naiad's CPU per request by as much as
+    a change of its code does (docs/benchmarks/big-tensors.md, "The interpreter")."""
+    probe = ("import sys, sysconfig; config = sysconfig.get_config_var('CONFIG_ARGS') or ''; "
+             "linked = 'libpython' in open('/proc/self/maps').read(); "
+             "flags = [f for f in ('--enable-optimizations', '--with-lto') if f in config]; "
+             "print('|'.join([sys.version.split()[0], 'libpython shared' if linked else 'libpython built in', "
+             "*flags]))")
+    out = subprocess.run([python, "-c", probe], capture_output=True, text=True, check=True).stdout.strip()
+    return f"{python} ({out.replace('|', ', ')})"
+
+
 def perf_analyzer() -> str:
     return subprocess.run([str(PEERS / "perf_analyzer.sh"), "path"], capture_output=True, text=True,
                           check=True).stdout.strip()
@@ -263,7 +284,13 @@ def run_case(pa: str, server: Server, case: str, args: argparse.Namespace, scrat
         argv.append("--streaming")  # infer/s counts requests, each answered by 64 responses
     pid = server.proc.pid
     before, start, client_before = cpu_seconds(pid), time.monotonic(), _children_cpu()
-    out = subprocess.run(argv, capture_output=True, text=True, timeout=600)
+    try:
+        out = subprocess.run(argv, capture_output=True, text=True, timeout=args.case_timeout)
+    except subprocess.TimeoutExpired:
+        # Seen with HTTP at 64 connections against a server faster than perf_analyzer's one core can drive: its
+        # 64 threads keep that core busy, the window never closes, and its memory grows by GBs a minute.
+        raise RuntimeError(f"perf_analyzer did not finish {case} in {args.case_timeout} s: where it, not the "
+                           "server, is the limit it may never close a window; --server-share gives it room") from None
     wall, cpu = time.monotonic() - start, cpu_seconds(pid) - before
     client = _children_cpu() - client_before  # perf_analyzer's own (taskset execs it: the same process)
     if out.returncode != 0 or not report.exists():
@@ -298,7 +325,16 @@ def main() -> int:
     p.add_argument("--server-share", type=float, help="hold each server to this fraction of one CPU (e.g. 0.5)")
     p.add_argument("--base-args", default="", help="more arguments for the base server (e.g. --idle-poll-us 0, with "
                                                    "--base . to try a flag against the tree as it is)")
+    p.add_argument("--case-timeout", type=float, default=180, help="seconds one perf_analyzer run may take")
+    p.add_argument("--python", default=sys.executable,
+                   help="the interpreter naiad's servers run on, with naiad's dependencies installed (default: this "
+                        "one); its Python workers run on it too")
+    p.add_argument("--base-python", help="the base server's interpreter (default: --python's)")
     args = p.parse_args()
+    base_python = args.base_python or args.python
+    for label, python in (("naiad", args.python), ("base", base_python)):
+        if label == "naiad" or ("base" in args.servers.split(",") and base_python != args.python):
+            print(f"{label} runs on {describe_python(python)}", file=sys.stderr)
     share = CpuShare(args.server_share) if args.server_share else None
     servers = args.servers.split(",")
     cases = args.cases.split(",")
@@ -314,7 +350,8 @@ def main() -> int:
             for kind in (servers if rnd % 2 == 0 else servers[::-1]):
                 server = Server(kind, native_repo if kind.startswith("native") else repo, args.base, args.server_cpu,
                                 scratch / f"{kind}.log", share,
-                                tuple(shlex.split(args.base_args)) if kind == "base" else ())
+                                tuple(shlex.split(args.base_args)) if kind == "base" else (),
+                                base_python if kind == "base" else args.python)
                 try:
                     for case in cases:
                         if kind.endswith("grpcio") and not case.startswith("grpc:"):
