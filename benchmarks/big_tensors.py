@@ -59,6 +59,7 @@ PEERS = Path(os.environ.get("NAIAD_PEERS_SCRIPTS", "/work/shared/peers"))
 sys.path.insert(0, str(BENCH_DIR))
 
 from http_add_sub import server_env  # noqa: E402 - the benchmark folder is not a package
+from interpreter import describe  # noqa: E402
 
 IDENTITY_CONFIG = """
 name: "identity_fp32"
@@ -252,18 +253,6 @@ class Server:
                 continue
 
 
-def describe_python(python: str) -> str:
-    """The interpreter's path, version and build: how it was configured changes naiad's CPU per request by as much as
-    a change of its code does (docs/benchmarks/big-tensors.md, "The interpreter")."""
-    probe = ("import sys, sysconfig; config = sysconfig.get_config_var('CONFIG_ARGS') or ''; "
-             "linked = 'libpython' in open('/proc/self/maps').read(); "
-             "flags = [f for f in ('--enable-optimizations', '--with-lto') if f in config]; "
-             "print('|'.join([sys.version.split()[0], 'libpython shared' if linked else 'libpython built in', "
-             "*flags]))")
-    out = subprocess.run([python, "-c", probe], capture_output=True, text=True, check=True).stdout.strip()
-    return f"{python} ({out.replace('|', ', ')})"
-
-
 def perf_analyzer() -> str:
     return subprocess.run([str(PEERS / "perf_analyzer.sh"), "path"], capture_output=True, text=True,
                           check=True).stdout.strip()
@@ -334,7 +323,7 @@ def main() -> int:
     base_python = args.base_python or args.python
     for label, python in (("naiad", args.python), ("base", base_python)):
         if label == "naiad" or ("base" in args.servers.split(",") and base_python != args.python):
-            print(f"{label} runs on {describe_python(python)}", file=sys.stderr)
+            print(f"{label} runs on {describe(python)}", file=sys.stderr)
     share = CpuShare(args.server_share) if args.server_share else None
     servers = args.servers.split(",")
     cases = args.cases.split(",")

@@ -40,6 +40,8 @@ from http_add_sub import (
 )
 from tritonclient.grpc import service_pb2 as pb
 
+from interpreter import describe_command  # a sibling script, as http_add_sub
+
 BENCH_DIR = Path(__file__).resolve().parent
 MODEL = "add_sub"
 PATH = "/inference.GRPCInferenceService/ModelInfer"
@@ -178,6 +180,8 @@ def main() -> int:
     p.add_argument("--json-out", type=Path)
     args = p.parse_args()
     args.repo = args.repo.resolve()
+    if not args.no_naiad:
+        print(f"naiad runs on {describe_command(args.naiad_cmd)}", file=sys.stderr, flush=True)
     for tool in ("h2load", "taskset"):
         if shutil.which(tool) is None:
             print(f"error: `{tool}` not found on PATH", file=sys.stderr)

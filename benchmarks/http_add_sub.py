@@ -26,6 +26,8 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Callable
 
+from interpreter import describe_command  # a sibling script (this folder is not a package)
+
 BENCH_DIR = Path(__file__).resolve().parent
 PROJECT_DIR = BENCH_DIR.parent
 LUA_SCRIPT = BENCH_DIR / "wrk_infer.lua"
@@ -383,6 +385,8 @@ def main(argv: list[str] | None = None) -> int:
         if shutil.which(tool) is None:
             log(f"error: `{tool}` not found on PATH")
             return 2
+    if not args.no_naiad:
+        log(f"naiad runs on {describe_command(args.naiad_cmd)}")
     body = load_body(LUA_SCRIPT)
     workdir = Path(tempfile.mkdtemp(prefix="naiad-bench-"))
 

@@ -51,6 +51,7 @@ from tests.onnx_graphs import identity  # noqa: E402
 from tests.server import EXAMPLES, free_port  # noqa: E402
 
 from http_add_sub import wait_ready  # noqa: E402 - a sibling script (this folder is not a package)
+from interpreter import describe  # noqa: E402
 
 IDENTITY_CONFIG = """name: "identity"
 backend: "onnxruntime"
@@ -177,6 +178,7 @@ def main() -> int:
     parser.add_argument("--capacity", action="store_true",
                         help="also measure each model's host at saturation (host_capacity.py) and predict with it")
     args = parser.parse_args()
+    print(f"naiad runs on {describe(sys.executable)}", file=sys.stderr, flush=True)
     trees = [t.resolve() for t in args.root] if args.root else [ROOT]
     label = len(trees) > 1
     print(f"{'tree ' * label}{'model':9} {'protocol':8} {'N':>2} {'req/s':>8} {'host µs':>8} {'front µs':>9} "
