@@ -320,12 +320,12 @@ def main() -> int:
                         "one); its Python workers run on it too")
     p.add_argument("--base-python", help="the base server's interpreter (default: --python's)")
     args = p.parse_args()
-    base_python = args.base_python or args.python
-    for label, python in (("naiad", args.python), ("base", base_python)):
-        if label == "naiad" or ("base" in args.servers.split(",") and base_python != args.python):
-            print(f"{label} runs on {describe(python)}", file=sys.stderr)
-    share = CpuShare(args.server_share) if args.server_share else None
     servers = args.servers.split(",")
+    base_python = args.base_python or args.python
+    print(f"naiad runs on {describe(args.python)}", file=sys.stderr)
+    if "base" in servers and base_python != args.python:
+        print(f"base runs on {describe(base_python)}", file=sys.stderr)
+    share = CpuShare(args.server_share) if args.server_share else None
     cases = args.cases.split(",")
     pa = perf_analyzer()
     results: dict[tuple[str, str], list[dict[str, float]]] = {}
