@@ -156,7 +156,7 @@ class InProcess:
         pass  # (the service's drain is theirs)
 
     async def close(self, deadline: float | None, cut: int) -> None:
-        await self.ports.close(deadline, cut)
+        await self.ports.close(deadline)
 
     async def end(self, deadline: float | None) -> None:
         pass

@@ -131,11 +131,11 @@ class Ports:
         listener = Listener(self.options.http.limits, gate)  # this port's own connection count
         self.servers += await port.serve(lambda: protocol(router, max_body, listener))  # type: ignore[arg-type]
 
-    async def close(self, deadline: float | None = None, cut: int = 0) -> None:
+    async def close(self, deadline: float | None = None) -> None:
         """Stop listening and close the connections (after the drain: their answers are written)."""
         for server in self.servers:
             server.close()
         if self.grpc is not None:
-            # grpc.aio cancels what is still running at once, unless a grace lets it send the answers just cut.
-            await self.grpc.stop(grace=min(0.5, max(0.0, deadline - time.monotonic())) if deadline and cut
-                                 else None)
+            # Either engine cuts what is still running at once, unless a grace lets it send the answers that are
+            # still being written: a stream's last ones, the drain's own, or those just cut.
+            await self.grpc.stop(grace=min(0.5, max(0.0, deadline - time.monotonic())) if deadline else None)

@@ -810,11 +810,24 @@ class LeanServer:
         self.servers = await port.serve(lambda: Connection(self), tls_context(options) if options.use_ssl else None)
 
     async def stop(self, grace: float | None = None) -> None:
+        """GOAWAY to every connection; one with calls still open closes once they have ended, or after ``grace``
+        seconds. After the drain a stream may still be writing its last answers: the service counts a request done
+        once its answer exists, and the stream's handler sends it a turn or two of the loop later."""
         self.closing = True
         for server in self.servers:
             server.close()
-        for connection in list(self.connections):
-            connection.goaway(NO_ERROR, close=True)
+        connections = list(self.connections)
+        for connection in connections:
+            connection.goaway(NO_ERROR, close=not connection.calls)
+        if grace:
+            loop = asyncio.get_running_loop()
+            end = loop.time() + grace
+            while loop.time() < end and any(c.calls and c.transport is not None for c in connections):
+                await asyncio.sleep(0.005)
+        for connection in connections:
+            if connection.transport is not None:
+                connection.flush()
+                connection.transport.close()
 
 
 def tls_context(options: GrpcOptions) -> ssl.SSLContext:
