@@ -23,7 +23,7 @@ compare what each server costs the client. Under a share the ratios are per CPU 
 same CPU budget); use two or more connections, since at one a server waits for the client.
 
 ``--python`` names the interpreter naiad's servers run on (a virtualenv's, with naiad's dependencies), and
-``--base-python`` the base server's: the interpreter's build moves naiad's CPU per request by 10-20 %. naiad's
+``--base-python`` the base server's: the interpreter's build moves naiad's CPU per request by 6-24 %. naiad's
 container image runs python:3.11-slim's interpreter (configured ``--enable-optimizations --with-lto``; its local
 stand-in, Debian's python3.11, is a PGO and LTO build too), and Triton's Python stub here links Debian's
 libpython3.11; pyenv's default build has neither. So compare like with like::
@@ -352,7 +352,8 @@ def main() -> int:
                             continue
                         results.setdefault((kind, case), []).append(r)
                         print(f"round {rnd + 1} {kind:13s} {case:24s} {r['rps']:9.1f}/s p50 {r['p50']:7.2f} ms "
-                              f"p99 {r['p99']:7.2f} ms cpu {r['cpu_us']:8.0f} us/req client {r['client_us']:6.0f}", file=sys.stderr, flush=True)
+                              f"p99 {r['p99']:7.2f} ms cpu {r['cpu_us']:8.0f} us/req client {r['client_us']:6.0f}",
+                              file=sys.stderr, flush=True)
                 finally:
                     server.stop()
     if share:

@@ -1,4 +1,4 @@
-"""Which interpreter a benchmark ran naiad on: its build moves naiad's CPU per request by 10-20 % (pyenv's default
+"""Which interpreter a benchmark ran naiad on: its build moves naiad's CPU per request by 6-24 % (pyenv's default
 build against a PGO and LTO one: docs/benchmarks/big-tensors.md, "The interpreter: like for like"), so every table
 should say."""
 

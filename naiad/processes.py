@@ -312,7 +312,7 @@ class Frontend(Process):
         if drain:
             await self.remote.drain(self.options.exit_timeout_secs)
         await asyncio.sleep(0.05)  # the answers that ended the drain are written before the connections close
-        await self.ports.close(time.monotonic() + 0.5)  # (and gRPC calls still open get that long to end)
+        await self.ports.close(time.monotonic() + serving.STOP_GRACE)  # (gRPC calls still open: that long to end)
         await asyncio.sleep(0.05)  # and what the connections hold before the process exits
         self.remote.close()
 

@@ -21,6 +21,7 @@ if TYPE_CHECKING:
     from naiad.server import ServerOptions
 
 log = logging.getLogger("naiad")
+STOP_GRACE = 0.5  # seconds a stopping gRPC port gives calls still open to end (within the exit timeout)
 
 
 def admission(options: ServerOptions) -> dict[str, Gate]:
@@ -138,4 +139,4 @@ class Ports:
         if self.grpc is not None:
             # Either engine cuts what is still running at once, unless a grace lets it send the answers that are
             # still being written: a stream's last ones, the drain's own, or those just cut.
-            await self.grpc.stop(grace=min(0.5, max(0.0, deadline - time.monotonic())) if deadline else None)
+            await self.grpc.stop(grace=min(STOP_GRACE, max(0.0, deadline - time.monotonic())) if deadline else None)

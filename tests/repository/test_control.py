@@ -415,7 +415,8 @@ def test_a_worker_loaded_on_request_is_watched_before_its_first_request(repo: Pa
             os.kill(worker, signal.SIGKILL)
             # No request reaches the model: the server has to notice the death on its own, then restart it. Its
             # not-ready spell (0.2 s) isn't waited for: a front-end process's view of readiness can miss it under
-            # load (seen in 2 runs of 8 with front-end processes and both cores busy, before and after 9365307).
+            # load (with front-end processes and both cores busy). The server's own word and the new worker are.
+            wait_for(lambda: f"(pid {worker}) was killed by SIGKILL; restarting it" in server.log(), timeout=30)
             wait_for(lambda: bool({p.pid for p in parent.children()} - before - {worker}), timeout=30)
             wait_for(lambda: client.is_model_ready("target"), timeout=30)
             assert worker not in {p.pid for p in parent.children()}
