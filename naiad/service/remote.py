@@ -269,20 +269,22 @@ class RemoteService(ChannelEnd, Draining):
     def sagemaker_models_root(self) -> Path:
         return Path(self._known()[8])
 
+    # Health reads what the host sent and this loop has not yet read, whichever way the pushed state points: a
+    # change may have been answered to a client through another front end already (a model loaded there, or made
+    # not ready by a fault: the host sends the state to every front end before that answer), and this query may be
+    # read in the same turn of the loop as the state that precedes it.
+
     def is_ready(self) -> bool:
-        if not self.accepting or self._state is None:
+        if not self.accepting:
             return False
-        if not self._state[2]:
-            self._catch_up()
-        return bool(self._state[2]) and not self.stalled()
+        self._catch_up()
+        return self._state is not None and bool(self._state[2]) and not self.stalled()
 
     def model_ready(self, name: str, version: str = "") -> bool:
+        self._catch_up()
         self._check_created()
-        if not self._state[4].get(name, {}).get(version, False):  # type: ignore[index]
-            self._catch_up()  # (loaded through another front end a moment ago?)
-            if not self._state[4].get(name, {}).get(version, False):  # type: ignore[index]
-                return False
-        return not self.stalled()
+        state = self._state
+        return state is not None and bool(state[4].get(name, {}).get(version, False)) and not self.stalled()
 
     # --- inference ----------------------------------------------------------------------------------------------
 

@@ -33,7 +33,8 @@ _CONFIG = """
 
 # Synchronous: a negative input is the bad request; it says it started (a file beside the model's versions) and
 # takes 1 s (requests sent meanwhile queue behind it in the worker), and from then on every call raises what torch
-# raises.
+# raises. A process started after that takes 0.5 s to initialize, as a model reloading its weights does: the
+# instance is not ready for that long after the bad request is answered, long enough to be seen under any load.
 _SYNC_PY = f"""
     import os, time
     import numpy as np
@@ -43,6 +44,8 @@ _SYNC_PY = f"""
         def initialize(self, args):
             self.broken = False
             self.started = os.path.join(args["model_repository"], "bad-started")
+            if os.path.exists(self.started):
+                time.sleep(0.5)
 
         def execute(self, requests):
             pid = np.array([os.getpid()], dtype=np.int64)
@@ -120,6 +123,14 @@ def _send(url: str, model: str, values: list[float], into: dict, key: object, pa
         into[key] = (exc, time.monotonic())
 
 
+def _ready(url: str, model: str) -> bool:
+    client = httpclient.InferenceServerClient(url)
+    try:
+        return client.is_model_ready(model)
+    finally:
+        client.close()
+
+
 class _Readiness:
     """Polls a model's readiness until stopped: was it ever seen not ready?"""
 
@@ -185,8 +196,13 @@ def test_a_sticky_error_restarts_the_instance_and_queued_requests_wait(server: R
     queued = [threading.Thread(target=_send, args=(server.url, "fragile", [float(i)], results, i)) for i in range(4)]
     for thread in queued:
         thread.start()
-    for thread in [bad, *queued]:
+    bad.join(30)
+    # Told of the fault, a client finds the model not ready through any front end (new connections: with
+    # front-end processes, each may reach another) while its instance restarts.
+    ready = [_ready(server.url, "fragile") for _ in range(4)]
+    for thread in queued:
         thread.join(30)
+    assert not any(ready), f"the model was ready after its fault through {ready.count(True)} of 4 connections"
     error, _ = results["bad"]
     assert isinstance(error, InferenceServerException), error
     text = str(error)

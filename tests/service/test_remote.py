@@ -122,3 +122,30 @@ def test_requests_are_checked_before_they_go_and_sent_as_they_came_when_they_fai
             host.close()
 
     asyncio.run(run())
+
+
+def _state(server_ready: bool, model_ready: bool) -> tuple:
+    return tuple(wire.State(wire.STATE, True, server_ready, None, {"m": {"": model_ready, "1": model_ready}}, "naiad",
+                            "none", False, ""))
+
+
+def test_health_reads_the_state_the_host_sent_before_it_answers() -> None:
+    """The host sends every front end a changed state before it answers the change through any of them: a query
+    read in the same turn of the loop as that state (not yet read) answers from it, whichever way it points."""
+    async def run() -> None:
+        front, back = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+        service = remote.RemoteService(front, lambda: None)
+        service.attach(asyncio.get_running_loop())
+        host = Channel(back, Arena())
+        host.send(_state(True, True))
+        await asyncio.sleep(0.05)
+        assert service.is_ready() and service.model_ready("m") and service.model_ready("m", "1")
+        for server_ready, model_ready in [(True, False), (False, False), (True, True)]:
+            host.send(_state(server_ready, model_ready))  # (and this loop gets no turn before the queries)
+            assert service.model_ready("m") is model_ready and service.model_ready("m", "1") is model_ready
+            assert service.is_ready() is server_ready
+        assert not service.model_ready("unknown")
+        service.close()
+        host.close()
+
+    asyncio.run(run())
