@@ -3,10 +3,11 @@
 go back. Everything runs on the host's event loop; the channel is read with ``loop.add_reader``.
 
 What a front end answers at once (health, server metadata, which regions are registered) it learns from here:
-the state (``wire.State``) is pushed to every front end when it changes, before any answer that changed it, and a
-heartbeat otherwise (``Pulse``), so a front end knows the host stalled when it hears nothing. Nothing here waits
-on a front end without a deadline: a front end that doesn't say within ``USES_SECONDS`` whether a request holds a
-region being unregistered holds none it can still use (its copies close when it reads the unregister).
+the state (``wire.State``) is pushed to every front end when it changes, before any answer that changed it (and at
+once where an instance's readiness changed by itself: ``core/readiness.py``), and a heartbeat otherwise
+(``Pulse``), so a front end knows the host stalled when it hears nothing. Nothing here waits on a front end without
+a deadline: a front end that doesn't say within ``USES_SECONDS`` whether a request holds a region being
+unregistered holds none it can still use (its copies close when it reads the unregister).
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ import socket
 import weakref
 from typing import Any, Awaitable, Callable
 
+from naiad.core import readiness
 from naiad.core.answer import Answer
 from naiad.core.errors import Code, InferError, internal
 from naiad.core.model_view import ModelView
@@ -91,6 +93,8 @@ class Pulse:
         return pulse
 
     def add(self, link: Link) -> None:
+        if not self.links:
+            readiness.listen(self._readiness_changed)
         self.links.add(link)
         self.state = state_of(self.service)
         link.send(self.state)
@@ -102,6 +106,14 @@ class Pulse:
 
     def remove(self, link: Link) -> None:
         self.links.discard(link)
+        if not self.links:
+            readiness.forget(self._readiness_changed)
+
+    def _readiness_changed(self) -> None:
+        """An instance's readiness changed by itself (from any thread): the state goes out in the loop's next turn,
+        not at the next beat."""
+        if not self.loop.is_closed():
+            self.loop.call_soon_threadsafe(self.refresh)
 
     def _beat(self) -> None:
         if not self.links:

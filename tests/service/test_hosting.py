@@ -6,16 +6,20 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import os
+import signal
 import socket
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 
 import numpy as np
+import psutil
+import pytest
 
 from naiad.backends.python.shm import Arena
 from naiad.backends.python.transport import Channel
 from naiad.server import Server, ServerOptions
-from naiad.service import wire
+from naiad.service import hosting, wire
 from naiad.service.face import Service
 from naiad.service.hosting import Link
 from tests.models import write_model
@@ -204,3 +208,31 @@ async def _messages(front: Channel) -> list[tuple]:
             return got
         await asyncio.sleep(0.01)
     return got
+
+
+def test_a_worker_that_dies_unasked_is_not_ready_through_the_front_end_before_the_next_beat(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """No request and no beat tells the front end: the instance's own readiness changes do, as they happen."""
+    write_model(tmp_path, "slow", SLOW, SLOW_PY)
+    monkeypatch.setattr(hosting, "BEAT_SECONDS", 60.0)
+
+    async def run() -> None:
+        others = {p.pid for p in psutil.Process().children()}
+        async with _hosted(tmp_path) as (service, link, front):
+            (worker,) = {p.pid for p in psutil.Process().children()} - others
+            seen: list[bool] = []
+
+            async def watch(until: Callable[[], bool]) -> None:
+                deadline = asyncio.get_running_loop().time() + 10
+                while not until() and asyncio.get_running_loop().time() < deadline:
+                    seen.extend(m[4]["slow"][""] for m in front.receive() if m[0] == wire.STATE)
+                    await asyncio.sleep(0.005)
+
+            await watch(lambda: bool(seen))  # the state the link sent when it came
+            assert seen == [True]
+            os.kill(worker, signal.SIGKILL)
+            await watch(lambda: seen[-1] and len(seen) > 2)
+            assert seen == [True, False, True]  # dead, then restarted: each heard as it happened
+            assert worker not in {p.pid for p in psutil.Process().children()}
+
+    asyncio.run(run())

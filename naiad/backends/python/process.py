@@ -28,6 +28,7 @@ from naiad.backends.python.messages import Kind
 from naiad.backends.python.router import Done, Router
 from naiad.backends.python.shm import Arena
 from naiad.backends.python.transport import Channel
+from naiad.core import readiness
 from naiad.core.errors import Code, InferError, internal, unavailable
 from naiad.core.request import InferRequest
 
@@ -105,7 +106,9 @@ class WorkerProcess:
 
     @ready.setter
     def ready(self, value: bool) -> None:
-        self.router.ready = value
+        if value != self.router.ready:
+            self.router.ready = value
+            readiness.changed()
 
     # --- start -------------------------------------------------------------------------------------------------
 

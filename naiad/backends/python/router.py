@@ -462,9 +462,9 @@ class Router:
     @reads(M.Poisoned)
     def _poisoned(self, kind: int, cause: str) -> None:
         """The worker found its device poisoned and exits after the answer behind this: nothing more goes to it."""
-        self.ready = False
         if self.poisoned is not None:
-            self.poisoned(cause)
+            self.poisoned(cause)  # (the process's part: not ready, as listeners hear)
+        self.ready = False
 
     # --- logs, metrics and calls ----------------------------------------------------------------------------------
 
