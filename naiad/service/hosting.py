@@ -38,7 +38,6 @@ _RESULT, _REPLY, _USED, _STATS, _ENSURED = wire.RESULT, wire.REPLY, wire.USED, w
 _TOUCH, _BEAT, _LOST = wire.TOUCH, wire.BEAT, wire.LOST
 _FAULTS = (Code.INTERNAL, Code.UNAVAILABLE, Code.UNKNOWN)  # failures that may have changed a model's readiness
 USES_SECONDS = 2.0  # how long an unregister waits for each front end to say which regions its requests hold
-RECOVERY_SECONDS = 5.0  # how long after a fault each answer checks whether the state changed (a restart's end)
 SILENT_SECONDS = 4 * BEAT_SECONDS  # a front end heard from by nothing for this long is not waited for
 _OWN: dict[str, str] = {}  # the calls a link answers itself (it needs its own state), by name: its method's
 
@@ -79,9 +78,6 @@ class Pulse:
         self.loop = loop
         self.links: set[Link] = set()
         self.state: tuple | None = None
-        # Until when (loop time) answers also send a changed state first: a fault made a model not ready, and its
-        # restarted instance makes it ready again between two beats.
-        self.recovering = 0.0
         self._timer: asyncio.TimerHandle | None = None
 
     @staticmethod
@@ -412,12 +408,11 @@ class Link(ChannelEnd):
     def _result(self, id_: int, response: InferResponse) -> None:
         error = response.error
         pulse = self.pulse
-        if pulse is not None:
-            if error is not None and error.code in _FAULTS:
-                pulse.refresh()
-                pulse.recovering = self.loop.time() + RECOVERY_SECONDS  # type: ignore[union-attr]
-            elif pulse.recovering and self.loop.time() < pulse.recovering:  # type: ignore[union-attr]
-                pulse.refresh()  # (its instance is back: a client served finds the model ready anywhere)
+        if pulse is not None and error is not None and error.code in _FAULTS:
+            # Now, not in the loop's next turn as a readiness change is (core/readiness.py): the state goes before
+            # this answer, so a client told of the failure finds the model not ready through any front end. (The
+            # restart's end needs nothing here: its change is heard before the requests it lets run are answered.)
+            pulse.refresh()
         self.send((_RESULT, id_, response.model_name, response.model_version, response.id,
                    self.records(response.outputs) if response.outputs else [], response.parameters,
                    None if error is None else (type(error).__name__, error.code.name, error.message),
